@@ -1,0 +1,154 @@
+"""vLLM's speculative-decoding counters, read from every form the engine exposes.
+
+One value type, :class:`SpecCounters`, holds the four cumulative counters; subtracting two
+gives the delta over a timed call, and the derived rates are defined once, as vLLM defines them
+(``vllm/v1/spec_decode/metrics.py``):
+
+* acceptance rate α = accepted tokens / draft tokens;
+* mean acceptance length = 1 + accepted tokens / drafts (a *draft* is one verification step
+  that proposed something: an n-gram proposer that finds no match drafts nothing).
+
+Readers:
+
+* :func:`from_vllm_metrics` — ``LLM.get_metrics()`` objects (V1 engine, offline);
+* :func:`from_prometheus_text` — a server's ``/metrics`` text, V1 names (``<name>_total``
+  beside a ``<name>_created`` series) or the older V0 names.
+
+A metric that is absent is an error, not a zero: vLLM omits the spec-decode metrics entirely
+when speculation is off or stats logging is disabled, and a zero would read as "nothing was
+accepted".
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["SpecCounters", "MissingSpecMetrics", "from_vllm_metrics", "from_prometheus_text"]
+
+PREFIX = "vllm:spec_decode_"
+DRAFTS = PREFIX + "num_drafts"
+DRAFT_TOKENS = PREFIX + "num_draft_tokens"
+ACCEPTED = PREFIX + "num_accepted_tokens"
+PER_POS = PREFIX + "num_accepted_tokens_per_pos"
+V0_EMITTED = PREFIX + "num_emitted_tokens"
+
+
+class MissingSpecMetrics(LookupError):
+    """The spec-decode metrics are absent: speculation is off or stats logging is disabled."""
+
+
+def _missing(names: Iterable[str], source: str) -> MissingSpecMetrics:
+    return MissingSpecMetrics(
+        f"{source}: no {', '.join(sorted(names))} — speculative decoding is off, or stats "
+        "logging is disabled (pass disable_log_stats=False to the engine)")
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """Cumulative spec-decode counters, summed over engines. ``drafts`` is None for a V0
+    capture without ``num_speculative_tokens`` (V0 counted no drafts)."""
+    drafts: int | None
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_pos: tuple[int, ...] = ()
+
+    def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
+        """The counts between ``earlier`` and this snapshot."""
+        if not isinstance(earlier, SpecCounters):
+            return NotImplemented
+        width = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
+        pad = lambda t: tuple(t) + (0,) * (width - len(t))  # noqa: E731
+        drafts = (None if self.drafts is None or earlier.drafts is None
+                  else self.drafts - earlier.drafts)
+        delta = SpecCounters(
+            drafts, self.draft_tokens - earlier.draft_tokens,
+            self.accepted_tokens - earlier.accepted_tokens,
+            tuple(a - b for a, b in zip(pad(self.accepted_per_pos), pad(earlier.accepted_per_pos))))
+        if min(delta.draft_tokens, delta.accepted_tokens, delta.drafts or 0) < 0:
+            raise ValueError(f"counters went backwards (engine restarted?): {earlier} -> {self}")
+        return delta
+
+    @property
+    def acceptance_rate(self) -> float:
+        """α = accepted / draft tokens; NaN when nothing was drafted."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else float("nan")
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """1 + accepted / drafts (tokens per verification step that had a draft)."""
+        if self.drafts is None:
+            raise ValueError("mean acceptance length needs the drafts count, which this "
+                             "V0 capture lacks: pass num_speculative_tokens")
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else float("nan")
+
+    def as_row(self, prefix: str = "") -> dict:
+        """Flat columns for a tidy table (per-position counts joined by ';')."""
+        return {f"{prefix}drafts": self.drafts, f"{prefix}draft_tokens": self.draft_tokens,
+                f"{prefix}accepted_tokens": self.accepted_tokens,
+                f"{prefix}accepted_per_pos": ";".join(map(str, self.accepted_per_pos))}
+
+
+def _add_vectors(vectors: list[list[int]]) -> tuple[int, ...]:
+    width = max((len(v) for v in vectors), default=0)
+    return tuple(sum(v[i] for v in vectors if i < len(v)) for i in range(width))
+
+
+def from_vllm_metrics(metrics) -> SpecCounters:
+    """Read ``LLM.get_metrics()`` (``vllm.v1.metrics.reader`` Counter/Vector objects)."""
+    totals: dict[str, int] = {}
+    vectors: list[list[int]] = []
+    for metric in metrics:
+        if metric.name == PER_POS:
+            vectors.append(list(metric.values))
+        elif metric.name in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
+            totals[metric.name] = totals.get(metric.name, 0) + int(metric.value)
+    absent = {DRAFTS, DRAFT_TOKENS, ACCEPTED} - totals.keys()
+    if absent:
+        raise _missing(absent, "LLM.get_metrics()")
+    return SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED],
+                        _add_vectors(vectors))
+
+
+def from_prometheus_text(text: str, num_speculative_tokens: int | None = None,
+                         source: str = "/metrics") -> SpecCounters:
+    """Read a Prometheus exposition (a vLLM server's ``/metrics``).
+
+    Counters are taken from their ``_total`` samples; the ``_created`` timestamps that
+    prometheus_client writes beside each counter are ignored (summing them would add a Unix
+    time to the count). V1 names are preferred; V0 names (no drafts counter) are read when
+    V1's are absent, with drafts = draft tokens / ``num_speculative_tokens`` when given.
+    """
+    totals: dict[str, float] = {}
+    per_pos: dict[tuple, dict[int, float]] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise ValueError(f"{source}: not a Prometheus text exposition: {exc}") from exc
+    for family in families:
+        if not family.name.startswith(PREFIX):
+            continue
+        for sample in family.samples:
+            # Typed counters arrive as <family>_total; an untyped exposition keeps the name.
+            if sample.name not in (family.name + "_total", family.name):
+                continue
+            if family.name == PER_POS:
+                key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "position"))
+                per_pos.setdefault(key, {})[int(sample.labels["position"])] = sample.value
+            else:
+                totals[family.name] = totals.get(family.name, 0) + sample.value
+    if DRAFTS in totals:
+        absent = {DRAFT_TOKENS, ACCEPTED} - totals.keys()
+        if absent:
+            raise _missing(absent, source)
+        drafts = int(totals[DRAFTS])
+    elif DRAFT_TOKENS in totals and ACCEPTED in totals:  # V0 engine
+        drafts = (int(totals[DRAFT_TOKENS]) // num_speculative_tokens
+                  if num_speculative_tokens else None)
+    else:
+        raise _missing({DRAFTS, DRAFT_TOKENS, ACCEPTED} - totals.keys(), source)
+    vectors = [[int(by_pos.get(i, 0)) for i in range(max(by_pos) + 1)]
+               for by_pos in per_pos.values()]
+    return SpecCounters(drafts, int(totals[DRAFT_TOKENS]), int(totals[ACCEPTED]),
+                        _add_vectors(vectors))

