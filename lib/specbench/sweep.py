@@ -168,7 +168,7 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
         if gen.counters is not None:
             row.update(gen.counters.as_row())
             # The cumulative reading proves the delta was taken around this very call.
-            row["accepted_cumulative"] = gen.counters_after.accepted_tokens
+            row["draft_tokens_cumulative"] = gen.counters_after.draft_tokens
         reps.append(row)
         if progress is not None:
             progress.set_postfix_str(f"γ={engine.settings.gamma} {workload} b{batch} "
@@ -260,9 +260,9 @@ def summarize(parts: dict[str, dict], max_load: float = 1.5) -> tuple[pd.DataFra
             "tokens_per_step": decoded / (decoded - accepted) if decoded > accepted else np.nan,
             # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings
             # that bound them must still advance with every repetition.
-            "counters_in_line": bool(key["gamma"] == 0 or (
-                reps["accepted_cumulative"].is_monotonic_increasing
-                and reps["accepted_cumulative"].nunique() == len(reps))),
+            "counters_in_line": bool(key["gamma"] == 0 or drafted == 0 or (
+                reps["draft_tokens_cumulative"].is_monotonic_increasing
+                and reps["draft_tokens_cumulative"].nunique() == len(reps))),
             "loadavg_1m": reps["loadavg_1m"].max(),
             "loaded": bool(reps["loadavg_1m"].max() > max_load),
             "_outputs": record["outputs"],
