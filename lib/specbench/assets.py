@@ -12,6 +12,7 @@ Run as ``python -m specbench.assets {model,vega}``; both are idempotent.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -39,7 +40,8 @@ def embedded_gguf() -> tuple[Path, str]:
         ) from exc
     for entry in dist.files or []:
         if entry.name == GGUF_NAME:
-            digest = entry.hash.value if entry.hash else None
+            # RECORD stores urlsafe base64 of the sha256; hex is what people compare.
+            digest = base64.urlsafe_b64decode(entry.hash.value + "==").hex()
             return Path(dist.locate_file(entry)), digest
     raise FileNotFoundError(f"{MODEL_PACKAGE} has no {GGUF_NAME}")
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from . import workloads
-from .engine import Engine, EngineSettings, engine_version, hardware_info, sku_id
-from .runs import Run, code_revision, create_run, open_run, sha256_file
+from .contract import contract
+from .engine import Engine, EngineSettings
+from .runs import Run, create_run, open_run
 
-__all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key", "model_identity"]
+__all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key"]
 
 # The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
 # of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
@@ -84,54 +84,9 @@ def cell_key(gamma: int, workload: str, batch: int) -> str:
     return f"g{gamma}-{workload}-b{batch}"
 
 
-def model_identity(model: str) -> dict:
-    """Name and content hashes of a local checkpoint (weights, tokenizer) for the manifest."""
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        return {"name": model, "path": model, "weights_sha256": "unavailable (hub id)",
-                "tokenizer_sha256": "unavailable (hub id)"}
-    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
-    tokenizer = path / "tokenizer.json"
-    provenance = path / "specbench-provenance.json"
-    return {
-        "name": path.name, "path": str(path),
-        "weights_sha256": {w.name: sha256_file(w) for w in weights},
-        "tokenizer_sha256": sha256_file(tokenizer) if tokenizer.exists() else "absent",
-        "provenance": (__import__("json").loads(provenance.read_text())
-                       if provenance.exists() else None),
-    }
-
-
-def cpu_threads(hardware: dict) -> int:
-    """OpenMP threads vLLM's CPU backend uses: the cores in VLLM_CPU_OMP_THREADS_BIND, or by
-    default ('auto') the cores it may use less those it reserves (one, unless told)."""
-    bind = hardware.get("vllm_cpu_omp_threads_bind", "auto")
-    if bind in ("auto", "all", "nobind"):
-        reserved = hardware.get("vllm_cpu_num_of_reserved_cpu", "default")
-        reserved = 1 if reserved == "default" else int(reserved)
-        return max(1, hardware["cpu_affinity"] - reserved)
-    count = 0
-    for part in bind.split("|")[0].split(","):
-        low, _, high = part.partition("-")
-        count += int(high or low) - int(low) + 1
-    return count
-
-
 def _manifest(cfg: SweepConfig, model: str) -> dict:
-    hardware = hardware_info()
-    threads = None if hardware["gpus"] else cpu_threads(hardware)
-    settings = EngineSettings(model=model, dtype=cfg.dtype)
     return {
-        "kind": "sweep",
-        "sku": sku_id(hardware, cfg.dtype, threads),
-        "code": code_revision(),
-        "model": model_identity(model),
-        "engine": {**engine_version(), "settings": {k: v for k, v in asdict(settings).items()
-                                                     if k not in ("model", "gamma")},
-                   "speculative_method": "ngram", "env": {
-                       k: v for k, v in os.environ.items() if k.startswith("VLLM_")}},
-        "hardware": {**hardware, "threads": threads},
-        "dtype": cfg.dtype,
+        **contract("sweep", model, cfg.dtype),
         "workloads": workloads.describe(),
         "sampling": {w: workloads.sampling(w) for w in cfg.workloads},
         "grid": {"gammas": list(cfg.gammas), "batches": list(cfg.batches),

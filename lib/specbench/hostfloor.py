@@ -1,0 +1,191 @@
+"""The host floor: split a decode step into compute time and host-exposed time.
+
+**Differencing.** The same decode is profiled twice, generating 1 and N tokens. Everything
+paid once per call — engine warmup, scheduling of the request, prefill, load — appears in both
+and cancels in the difference; what remains is N−1 decode steps. Dividing by N−1 gives the
+per-step wall time and the per-step compute time; the host-exposed time is their difference.
+
+* **CPU** (runs here): vLLM with the engine kept in the calling process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) under ``torch.profiler``; "compute" is the summed
+  self time of the operator families in :data:`COMPUTE_FAMILIES` (one place, tested).
+* **GPU** (nsys): the paper's method. :func:`nsys_command` traces the whole vLLM process tree,
+  "compute" is the summed GPU kernel time, read from ``nsys stats`` CSV
+  (:func:`read_kernel_summary_csv`) or the SQLite export (:func:`read_kernel_sqlite`).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+import sqlite3
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["COMPUTE_FAMILIES", "classify", "StepProfile", "difference", "profile_cpu_decode",
+           "nsys_available", "nsys_command", "nsys_stats_command", "read_kernel_summary_csv",
+           "read_kernel_sqlite", "NsysFormatError", "random_weight_model"]
+
+# Operator families, matched in order against the profiler's operator names. Everything a
+# family lists is arithmetic on tensors; "compute" is the sum of these families' self time.
+# Unmatched operators (copies, views, allocation, indexing, Python-side glue) count as host:
+# they are the per-step bookkeeping the paper calls the host/scheduler term.
+COMPUTE_FAMILIES: dict[str, str] = {
+    "matmul": r"\b(mm|addmm|bmm|matmul|linear|gemm|onednn|dnnl|mkl|brgemm)\b|_mm\b|gemm|onednn",
+    "attention": r"attention|attn|sdpa|flash|paged",
+    "normalisation": r"norm",
+    "activation": r"silu|gelu|relu|act_and_mul|sigmoid",
+    "rotary": r"rotary|rope",
+    "embedding": r"embedding",
+    "sampling": r"argmax|topk|top_k|sort|softmax|sample|multinomial|logits",
+    "elementwise": r"aten::(add|mul|sub|div|rsqrt|pow|exp|neg|mean|sum|max|min|where|clamp)_?$",
+}
+HOST_FAMILY = "host/other"
+_COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in COMPUTE_FAMILIES.items()]
+
+
+def classify(op_name: str) -> str:
+    """The family of one profiler operator name (``HOST_FAMILY`` when none matches)."""
+    for family, pattern in _COMPILED:
+        if pattern.search(op_name):
+            return family
+    return HOST_FAMILY
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Totals of one profiled call generating ``tokens`` tokens (milliseconds)."""
+    tokens: int
+    wall_ms: float
+    families_ms: dict[str, float]
+
+    @property
+    def compute_ms(self) -> float:
+        return sum(v for k, v in self.families_ms.items() if k != HOST_FAMILY)
+
+
+def difference(short: StepProfile, long: StepProfile) -> dict:
+    """Per-step decomposition from two profiles of the same decode (1 and N tokens)."""
+    steps = long.tokens - short.tokens
+    if steps <= 0:
+        raise ValueError(f"the long profile must generate more tokens than the short one, got "
+                         f"{long.tokens} and {short.tokens}")
+    wall = (long.wall_ms - short.wall_ms) / steps
+    compute = (long.compute_ms - short.compute_ms) / steps
+    families = {f: (long.families_ms.get(f, 0.0) - short.families_ms.get(f, 0.0)) / steps
+                for f in sorted(set(long.families_ms) | set(short.families_ms))}
+    return {"steps": steps, "wall_ms": wall, "compute_ms": compute,
+            "host_ms": wall - compute, "host_share": (wall - compute) / wall,
+            "families_ms": families}
+
+
+# -- CPU: torch.profiler over an in-process vLLM engine -------------------------------------
+
+def profile_cpu_decode(engine, prompt_ids: list[int], tokens: int) -> StepProfile:
+    """Profile one greedy call of ``tokens`` new tokens; the engine must run in-process."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        engine.generate([prompt_ids], tokens, read_counters=False)
+        wall = time.perf_counter() - start
+    families: dict[str, float] = {}
+    for event in prof.key_averages():
+        family = classify(event.key)
+        families[family] = families.get(family, 0.0) + event.self_cpu_time_total / 1e3
+    del torch
+    return StepProfile(tokens, 1e3 * wall, families)
+
+
+def random_weight_model(shape: dict, tokenizer_from: Path, folder: Path) -> Path:
+    """A checkpoint folder with a config of ``shape`` and no weights, for vLLM's
+    ``load_format="dummy"`` (random weights): timing only, never acceptance."""
+    import json
+    folder.mkdir(parents=True, exist_ok=True)
+    config = json.loads((Path(tokenizer_from) / "config.json").read_text())
+    config.update(shape)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                 "generation_config.json"):
+        if (Path(tokenizer_from) / name).exists():
+            shutil.copy(Path(tokenizer_from) / name, folder / name)
+    return folder
+
+
+# -- GPU: nsys -------------------------------------------------------------------------------
+
+class NsysFormatError(ValueError):
+    """An nsys report that cannot be read; the message names the file."""
+
+
+def nsys_available() -> bool:
+    return shutil.which("nsys") is not None
+
+
+def nsys_command(output: str, command: list[str]) -> list[str]:
+    """Trace a vLLM process tree: the EngineCore runs in a forked child, and CUDA graphs (if
+    any) are traced node by node."""
+    return ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--trace-fork-before-exec=true",
+            "--cuda-graph-trace=node", "--force-overwrite=true", "-o", output, *command]
+
+
+def nsys_stats_command(report: str, prefix: str, legacy: bool = False) -> list[str]:
+    """Kernel summary as CSV (``cuda_gpu_kern_sum``; ``gpukernsum`` on older nsys)."""
+    name = "gpukernsum" if legacy else "cuda_gpu_kern_sum"
+    return ["nsys", "stats", "--report", name, "--format", "csv", "--output", prefix, report]
+
+
+def read_kernel_summary_csv(path: Path) -> float:
+    """Total GPU kernel time in ms from an ``nsys stats`` kernel-summary CSV (either report)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise NsysFormatError(f"{path}: not a text CSV ({exc})") from exc
+    # nsys may print notices before the header; the table starts at the 'Time' column header.
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Total Time" in line), None)
+    if start is None:
+        raise NsysFormatError(f"{path}: no 'Total Time (ns)' column — not an nsys kernel "
+                              "summary (cuda_gpu_kern_sum or gpukernsum)")
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    column = next(c for c in rows[0].keys() if c.startswith("Total Time")) if rows else None
+    if column is None:
+        raise NsysFormatError(f"{path}: the kernel summary has no rows")
+    total = 0.0
+    for n, row in enumerate(rows, start=start + 2):
+        try:
+            total += float(row[column])
+        except (TypeError, ValueError) as exc:
+            raise NsysFormatError(f"{path}: line {n}: {column!r} is not a number: "
+                                  f"{row[column]!r}") from exc
+    scale = 1e-6 if "(ns)" in column else (1e-3 if "(us)" in column else 1.0)
+    return total * scale
+
+
+def read_kernel_sqlite(path: Path) -> float:
+    """Total GPU kernel time in ms from an nsys SQLite export."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such nsys SQLite export")
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            (total,) = db.execute(
+                "SELECT COALESCE(SUM(k.end - k.start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.shortName").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise NsysFormatError(f"{path}: not an nsys SQLite export with "
+                              f"CUPTI_ACTIVITY_KIND_KERNEL and StringIds ({exc})") from exc
+    return total / 1e6
+
+
+def run_nsys(output: Path, command: list[str]) -> float:
+    """Run ``command`` under nsys and return its total kernel time in ms."""
+    subprocess.run(nsys_command(str(output), command), check=True)
+    prefix = str(output) + "_kern"
+    subprocess.run(nsys_stats_command(str(output) + ".nsys-rep", prefix), check=True)
+    return read_kernel_summary_csv(Path(prefix + "_cuda_gpu_kern_sum.csv"))
