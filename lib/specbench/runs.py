@@ -34,6 +34,9 @@ __all__ = ["Run", "RunSchemaError", "create_run", "open_run", "load_runs", "atom
            "code_revision", "sha256_file", "now_iso", "TABLE_COLUMNS"]
 
 SCHEMA_VERSION = 1
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Where runs live unless a caller says otherwise: $SPECBENCH_RUNS, else the checkout's runs/.
+DEFAULT_ROOT = Path(os.environ.get("SPECBENCH_RUNS", REPO_ROOT / "runs"))
 
 MANIFEST_SCHEMA = {
     "type": "object",
@@ -85,7 +88,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def code_revision(repo: Path | None = None) -> dict:
     """The git commit of the code that produced a run, and whether the tree had changes."""
-    repo = repo or Path(__file__).resolve().parents[2]
+    repo = repo or REPO_ROOT
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -239,7 +242,7 @@ def open_run(path: Path) -> Run:
     return Run(path, _read_manifest(path))
 
 
-def load_runs(root: Path = Path("runs"), kind: str | None = None,
+def load_runs(root: Path = DEFAULT_ROOT, kind: str | None = None,
               include_incomplete: bool = False) -> list[Run]:
     """All runs under ``root`` (every SKU), oldest first; incomplete runs are skipped."""
     runs = []

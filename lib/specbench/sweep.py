@@ -44,7 +44,8 @@ class SweepConfig:
     reps: int = DEFAULT_REPS
     dtype: str = "bfloat16"
     root: str = "runs"
-    max_load: float = 1.5               # 1-min load average above which a cell is flagged
+    # 1-min load average above which a cell is flagged: more runnable work than cores.
+    max_load: float = float(os.cpu_count() or 1)
     notes: str = ""
 
     def validate(self) -> None:
@@ -132,8 +133,12 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
             "prompt_tokens": [len(p) for p in prompts]}
 
 
-def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True) -> Run:
-    """Measure the grid into a new run (or finish the incomplete run at ``resume``)."""
+def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True,
+              close: bool = True) -> Run:
+    """Measure the grid into a new run (or finish the incomplete run at ``resume``).
+
+    With ``close=False`` the tables are written but the run stays open, so the caller can add
+    the executed notebook before calling ``run.finish()``."""
     cfg.validate()
     model = cfg.resolved_model()
     run = open_run(resume) if resume else create_run(Path(cfg.root), _manifest(cfg, model))
@@ -164,7 +169,7 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
                 run.write_part(cell_key(gamma, w, b), record)
                 bar.update()
     bar.close()
-    finalize(run, cfg)
+    finalize(run, cfg, close)
     return run
 
 
@@ -174,8 +179,8 @@ def _failure(gamma, workload, batch, exc) -> dict:
             "traceback": traceback.format_exc(limit=5)}
 
 
-def finalize(run: Run, cfg: SweepConfig) -> None:
-    """Derive reps.csv and cells.csv from the parts and close the run."""
+def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
+    """Derive reps.csv and cells.csv from the parts and (by default) close the run."""
     parts = run.parts()
     reps, cells = summarize(parts, cfg.max_load)
     run.write_table("reps.csv", reps)
@@ -183,10 +188,11 @@ def finalize(run: Run, cfg: SweepConfig) -> None:
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
                               "cells_flagged_loaded": int(cells["loaded"].sum())})
-    run.finish()
+    if close:
+        run.finish()
 
 
-def summarize(parts: dict[str, dict], max_load: float = 1.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy tables from the per-cell records: one row per repetition, one per cell."""
     rep_rows, cell_rows = [], []
     for record in parts.values():

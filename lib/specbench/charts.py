@@ -1,0 +1,188 @@
+"""Altair figure builders: one function per figure, fed tidy frames from :mod:`analysis`.
+
+Every chart encodes the SKU as the point shape, so a new run of new hardware appears in every
+figure without editing a chapter. :func:`use_offline_renderer` makes notebooks emit each chart
+as HTML that calls the page's own vega-embed (served from ``book/_static``, no CDN) plus a PNG
+fallback for PDF builds; its element id is a hash of the spec, so outputs are reproducible.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from . import model
+
+__all__ = ["use_offline_renderer", "fig1_speedup", "fig2_latency", "fig3_shortfall",
+           "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics"]
+
+WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
+WIDTH = 260
+
+
+def _render(spec: dict, png: bool = True) -> dict:
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    div = f"vega-{digest}"
+    html = (f'<div id="{div}" class="vega-chart"></div>\n<script>\n'
+            f'(function() {{\n  const spec = {json.dumps(spec)};\n'
+            f'  const el = document.getElementById("{div}");\n'
+            '  if (typeof vegaEmbed === "undefined") { el.innerHTML = "<pre class=\'vega-error\'>'
+            'vega-embed is not loaded (book/_static/vega-bundle.js)</pre>"; return; }\n'
+            '  vegaEmbed(el, spec, {actions: false, renderer: "svg"}).catch(function(err) {\n'
+            '    el.innerHTML = "<pre class=\'vega-error\'>" + err + "</pre>";\n'
+            '    console.error(err);\n  });\n})();\n</script>')
+    bundle = {"text/html": html, "text/plain": f"<chart {digest}>"}
+    if png:
+        import vl_convert as vlc
+        bundle["image/png"] = base64.b64encode(vlc.vegalite_to_png(spec, scale=1.5)).decode()
+    return bundle
+
+
+def use_offline_renderer(png: bool = True) -> None:
+    """Render charts for the offline book: vega-embed from the page, PNG for PDF builds."""
+    alt.renderers.register("specbench", lambda spec, **_: _render(spec, png))
+    alt.renderers.enable("specbench")
+
+
+def _shape(cells):
+    return alt.Shape("sku_label:N", title="SKU")
+
+
+def fig1_speedup(cells: pd.DataFrame) -> alt.Chart:
+    """Figure 1: measured speedup over γ=0 versus γ, per workload, SKU and batch."""
+    data = cells[["sku_label", "workload", "batch", "gamma", "speedup", "alpha"]]
+    ideal = pd.DataFrame({"gamma": np.arange(0, cells["gamma"].max() + 1)})
+    ideal["speedup"] = ideal["gamma"] + 1
+    points = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=70, filled=True)).encode(
+        x=alt.X("gamma:Q", title="γ (draft tokens per step)", axis=alt.Axis(tickMinStep=1)),
+        y=alt.Y("speedup:Q", title="speedup over γ=0"),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+        shape=_shape(cells), detail="sku_label:N",
+        tooltip=["workload", "sku_label", "batch", "gamma", alt.Tooltip("speedup", format=".2f"),
+                 alt.Tooltip("alpha", title="counter α", format=".2f")])
+    line = alt.Chart(ideal).mark_line(strokeDash=[4, 4], color="gray").encode(x="gamma:Q", y="speedup:Q")
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black", opacity=0.4).encode(y="y:Q")
+    return (line + one + points).properties(width=WIDTH, height=220).facet(
+        column=alt.Column("batch:N", title="batch")).properties(
+        title="Speedup tracks acceptance, not γ (dashed: γ+1)")
+
+
+def eq1_curves(cells: pd.DataFrame, gammas=np.linspace(0, 6, 61)) -> pd.DataFrame:
+    """Eq. 1 over continuous γ with each (SKU, workload, batch)'s counter α and t_base,
+    and d(γ) interpolated from the cells' roofline values."""
+    rows = []
+    for (sku, w, b), g in cells.groupby(["sku_label", "workload", "batch"]):
+        spec = g[g["gamma"] > 0]
+        if spec.empty:
+            continue
+        alpha = float(spec["alpha"].mean())
+        t_base = float(g["t_base_ms"].iloc[0])
+        d = np.interp(gammas, g["gamma"], g["d"].fillna(0.0))
+        rows.append(pd.DataFrame({"sku_label": sku, "workload": w, "batch": b, "gamma": gammas,
+                                  "pot_ms": model.per_token_latency(t_base, alpha, gammas, d),
+                                  "alpha": alpha}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def fig2_latency(cells: pd.DataFrame) -> alt.Chart:
+    """Figure 2: measured per-token latency (points) against eq. 1 (curves)."""
+    curves = eq1_curves(cells)
+    line = alt.Chart(curves).mark_line().encode(
+        x="gamma:Q", y="pot_ms:Q", color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="SKU"))
+    pts = alt.Chart(cells).mark_point(size=80, filled=True).encode(
+        x=alt.X("gamma:Q", title="γ"), y=alt.Y("pot_ms:Q", title="per-output-token latency (ms)"),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS), shape=_shape(cells),
+        tooltip=["workload", "sku_label", "batch", "gamma",
+                 alt.Tooltip("pot_ms", format=".1f"), alt.Tooltip("pred_eq1_ms", format=".1f"),
+                 alt.Tooltip("alpha", format=".2f")])
+    return (line + pts).properties(width=WIDTH, height=220).facet(
+        column=alt.Column("batch:N", title="batch")).properties(
+        title="One equation, both regimes: points measured, curves eq. 1 with counter α")
+
+
+def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
+    """Figure 3: ideal αγ+1 versus measured speedup; the gap split into d(γ) and host residual."""
+    c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
+    ideal = c["alpha"] * c["gamma"] + 1
+    device = ideal - ideal / (1 + c["d"].fillna(0.0))
+    host = ideal / (1 + c["d"].fillna(0.0)) - c["speedup"]
+    parts = pd.concat([
+        c.assign(part="1 measured speedup", value=c["speedup"]),
+        c.assign(part="2 verify cost d(γ)", value=device),
+        c.assign(part="3 host residual", value=host)])
+    parts["ideal"] = np.tile(ideal.to_numpy(), 3)
+    bars = alt.Chart(parts).mark_bar().encode(
+        x=alt.X("gamma:O", title="γ"), y=alt.Y("sum(value):Q", title="speedup (stacked to αγ+1)"),
+        color=alt.Color("part:N", title="", scale=alt.Scale(
+            range=["#1f77b4", "#999999", "#ff7f0e"])),
+        order=alt.Order("part:N"),
+        tooltip=["sku_label", "batch", "gamma", "part", alt.Tooltip("value", format=".3f")])
+    return bars.properties(width=150, height=220).facet(
+        column=alt.Column("batch:N", title="batch"), row=alt.Row("sku_label:N", title=None)
+    ).properties(title=f"'{workload}': where the ideal αγ+1 goes")
+
+
+def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
+    """Figure 4: per-step compute versus host-exposed time, by model size."""
+    long = steps.melt(id_vars=["model_label"], value_vars=["compute_ms", "host_ms"],
+                      var_name="part", value_name="ms")
+    long["part"] = long["part"].map({"compute_ms": "compute", "host_ms": "host-exposed"})
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("model_label:N", title=None), y=alt.Y("ms:Q", title="ms per decode step"),
+        color=alt.Color("part:N", title="", scale=alt.Scale(range=["#1f77b4", "#ff7f0e"])),
+        order=alt.Order("part:N"), tooltip=["model_label", "part", alt.Tooltip("ms", format=".2f")]
+    ).properties(width=280, height=240, title="Decode step = compute + host-exposed time")
+
+
+def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
+    """Figure 5: timing-derived α (eq. 1 inverted) per SKU, beside the counter α."""
+    c = cells[cells["gamma"] > 0]
+    long = pd.concat([c.assign(source="timing-derived", value=c["alpha_timing"]),
+                      c.assign(source="counter", value=c["alpha"])])
+    return alt.Chart(long).mark_line(point=True).encode(
+        x=alt.X("gamma:Q", title="γ", axis=alt.Axis(tickMinStep=1)),
+        y=alt.Y("value:Q", title="acceptance α"),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+        strokeDash=alt.StrokeDash("source:N", title="α from"),
+        shape=_shape(c), detail="sku_label:N",
+        tooltip=["workload", "sku_label", "batch", "gamma", "source",
+                 alt.Tooltip("value", format=".3f")]
+    ).properties(width=WIDTH, height=220).facet(column=alt.Column("batch:N", title="batch")
+    ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not")
+
+
+def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
+    """Figure 6: eq. 1 (counter α) versus measured per-token latency, log-log."""
+    c = cells[cells["gamma"] > 0]
+    lo, hi = 0.8 * min(c["pot_ms"].min(), c["pred_eq1_ms"].min()), 1.25 * max(
+        c["pot_ms"].max(), c["pred_eq1_ms"].max())
+    diag = alt.Chart(pd.DataFrame({"x": [lo, hi]})).mark_line(color="gray", strokeDash=[4, 4]
+                                                               ).encode(x="x:Q", y="x:Q")
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    pts = alt.Chart(c).mark_point(size=80, filled=True).encode(
+        x=alt.X("pot_ms:Q", title="measured per-token latency (ms)", scale=scale),
+        y=alt.Y("pred_eq1_ms:Q", title="eq. 1 prediction (ms)", scale=scale),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS), shape=_shape(c),
+        tooltip=["workload", "sku_label", "batch", "gamma", alt.Tooltip("pot_ms", format=".2f"),
+                 alt.Tooltip("pred_eq1_ms", format=".2f"), alt.Tooltip("err_eq1_pct", format="+.1f")])
+    return (diag + pts).properties(width=320, height=320,
+                                   title="Model versus measurement, every speculative cell")
+
+
+def fig_economics(alphas=np.linspace(0, 0.99, 100), k: int = 4, c: float = 0.05,
+                  vs=(0.0, 0.1, 0.25, 0.5)) -> alt.Chart:
+    """Net speedup versus per-position α for several verification overheads v."""
+    from .economics import net_speedup
+    data = pd.concat([pd.DataFrame({"alpha": alphas, "v": f"v={v}",
+                                    "speedup": net_speedup(alphas, k, c, v)}) for v in vs])
+    line = alt.Chart(data).mark_line().encode(
+        x=alt.X("alpha:Q", title="per-position acceptance α"),
+        y=alt.Y("speedup:Q", title=f"net speedup (k={k}, c={c})"), color=alt.Color("v:N", title=""))
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black").encode(y="y:Q")
+    return (line + one).properties(width=340, height=240,
+                                   title="Break-even moves right as verification costs more")
