@@ -2,6 +2,7 @@
 # Idempotent set-up of the project-local environment in .venv (nothing installed by hand).
 #   scripts/setup.sh            engine + package + book and test tools + the embedded model
 #   ENGINE=vllm scripts/setup.sh   force the GPU engine (default: vllm if nvidia-smi sees a GPU)
+#   scripts/setup.sh --browser     also Debian's chromium, for the browser test of the book
 # A stamp keyed by this script and pyproject.toml skips the pip work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +41,9 @@ fi
 # Derived files: rebuilt when missing, never committed.
 $VENV/bin/python -m specbench.assets model      # bf16 checkpoint in the user cache
 $VENV/bin/python -m specbench.assets vega        # offline vega bundle in book/_static
+
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "[setup] installing Debian's chromium for the browser test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi

@@ -37,6 +37,7 @@ class EngineSettings:
     seed: int = 0
     max_num_seqs: int = 8
     cpu_kvcache_gib: int = 2
+    load_format: str = "auto"       # "dummy": random weights (timing-only experiments)
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -50,7 +51,7 @@ class EngineSettings:
         kwargs = dict(model=self.model, dtype=self.dtype, max_model_len=self.max_model_len,
                       enforce_eager=self.enforce_eager,
                       enable_prefix_caching=self.enable_prefix_caching, seed=self.seed,
-                      max_num_seqs=self.max_num_seqs,
+                      max_num_seqs=self.max_num_seqs, load_format=self.load_format,
                       # Without stats logging get_metrics() has no spec-decode counters.
                       disable_log_stats=False)
         if self.gamma > 0:

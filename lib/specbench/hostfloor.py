@@ -189,3 +189,100 @@ def run_nsys(output: Path, command: list[str]) -> float:
     prefix = str(output) + "_kern"
     subprocess.run(nsys_stats_command(str(output) + ".nsys-rep", prefix), check=True)
     return read_kernel_summary_csv(Path(prefix + "_cuda_gpu_kern_sum.csv"))
+
+
+# -- the measurement ------------------------------------------------------------------------
+
+# A larger member of the same family: the published SmolLM2-1.7B shape (config.json of
+# HuggingFaceTB/SmolLM2-1.7B-Instruct), about 12x the parameters of the 135M default.
+LARGE_SHAPE = {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size": 8192,
+               "num_attention_heads": 32, "num_key_value_heads": 32}
+
+
+def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = True,
+                   large_shape: dict | None = None):
+    """Profile the embedded model and a random-weight larger one at 1 and ``tokens`` new
+    tokens, ``reps`` times each; write a ``hostfloor`` run and return it (left open, so the
+    executed notebook can be added before ``run.finish()``)."""
+    import os
+    import tempfile
+
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from . import workloads
+    from .assets import cache_dir, embedded_model_dir
+    from .contract import contract, model_shape
+    from .engine import Engine, EngineSettings, on_gpu
+    from .runs import DEFAULT_ROOT, create_run
+
+    if tokens < 2 or reps < 1:
+        raise ValueError(f"tokens must be >= 2 and reps >= 1, got {tokens}, {reps}")
+    if on_gpu():
+        raise NotImplementedError(
+            "on a GPU the host floor is measured with nsys (nsys_command / run_nsys); the CPU "
+            "profiler path would time the host, not the kernels")
+    # torch.profiler sees only this process: keep vLLM's engine core in it.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    embedded = str(embedded_model_dir())
+    large = random_weight_model(large_shape or LARGE_SHAPE, Path(embedded),
+                                cache_dir() / "models" / "smollm2-1.7b-shape-random")
+    models = [("SmolLM2-135M (pretrained)", embedded, "auto"),
+              ("SmolLM2-1.7B shape (random weights)", str(large), "dummy")]
+    manifest = contract("hostfloor", embedded, "bfloat16")
+    manifest.update(
+        grid={"tokens": [1, tokens], "reps": reps, "workload": "repeat", "batch": 1,
+              "gamma": 0, "method": "difference of torch.profiler totals at 1 and N tokens, "
+                                    "engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"},
+        models=[{"label": label, "path": path,
+                 "weights": "pretrained" if fmt == "auto" else
+                            "random (vLLM load_format=dummy): timing only, never acceptance",
+                 "shape": model_shape(path, "bfloat16")} for label, path, fmt in models],
+        compute_families=COMPUTE_FAMILIES,
+        load={"loadavg_at_start": os.getloadavg()})
+    run = create_run(Path(root or DEFAULT_ROOT), manifest)
+    steps, families = [], []
+    bar = tqdm(total=len(models) * reps, desc="host floor", unit="rep", disable=not progress)
+    for label, path, fmt in models:
+        with Engine(EngineSettings(model=path, gamma=0, load_format=fmt)) as engine:
+            prompt = engine.encode_chat(workloads.messages("repeat", 0))
+            engine.generate([prompt], 8, read_counters=False)          # warm every path
+            for rep in range(reps):
+                for n in (1, tokens):
+                    prof = profile_cpu_decode(engine, prompt, n)
+                    plain = engine.generate([prompt], n, read_counters=False)
+                    steps.append({"model": label, "tokens": n, "rep": rep,
+                                  "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
+                                  "unprofiled_wall_ms": 1e3 * plain.wall_s})
+                    families += [{"model": label, "tokens": n, "rep": rep, "family": f,
+                                  "self_ms": ms} for f, ms in prof.families_ms.items()]
+                bar.update()
+    bar.close()
+    run.write_table("steps.csv", pd.DataFrame(steps))
+    run.write_table("families.csv", pd.DataFrame(families))
+    run.update_manifest(load={**run.manifest["load"], "loadavg_at_end": os.getloadavg()})
+    return run
+
+
+def decompose(steps, families) -> tuple:
+    """Per-step decomposition per model (median over repetitions) and family shares."""
+    import pandas as pd
+
+    rows, shares = [], []
+    for (model, rep), g in steps.groupby(["model", "rep"]):
+        short, long = g.loc[g["tokens"].idxmin()], g.loc[g["tokens"].idxmax()]
+        fam = families[(families["model"] == model) & (families["rep"] == rep)]
+        by = {n: dict(zip(f["family"], f["self_ms"])) for n, f in fam.groupby("tokens")}
+        d = difference(StepProfile(int(short["tokens"]), short["wall_ms"], by.get(short["tokens"], {})),
+                       StepProfile(int(long["tokens"]), long["wall_ms"], by.get(long["tokens"], {})))
+        unprofiled = (long["unprofiled_wall_ms"] - short["unprofiled_wall_ms"]) / d["steps"]
+        rows.append({"model": model, "rep": rep, "wall_ms": d["wall_ms"],
+                     "compute_ms": d["compute_ms"], "host_ms": d["host_ms"],
+                     "unprofiled_wall_ms": unprofiled})
+        shares += [{"model": model, "rep": rep, "family": f, "ms": ms}
+                   for f, ms in d["families_ms"].items()]
+    per_step = pd.DataFrame(rows).groupby("model").median(numeric_only=True).drop(columns="rep")
+    per_step["host_share"] = per_step["host_ms"] / per_step["wall_ms"]
+    fam = pd.DataFrame(shares).groupby(["model", "family"])["ms"].median().reset_index()
+    fam["share"] = fam["ms"] / fam.groupby("model")["ms"].transform("sum")
+    return per_step.reset_index(), fam

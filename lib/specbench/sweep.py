@@ -71,6 +71,16 @@ class SweepConfig:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
         EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
 
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> "SweepConfig":
+        """The configuration an existing run was started with (for resuming it)."""
+        grid = manifest["grid"]
+        return cls(model=manifest["model"]["path"], gammas=tuple(grid["gammas"]),
+                   batches=tuple(grid["batches"]), workloads=tuple(grid["workloads"]),
+                   max_tokens=grid["max_tokens"], warmup=grid["warmup"], reps=grid["reps"],
+                   dtype=manifest["dtype"], max_load=manifest["load"]["max_load"],
+                   notes=manifest.get("notes", ""))
+
     def resolved_model(self) -> str:
         if self.model:
             return str(self.model)
@@ -139,11 +149,16 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
 
     With ``close=False`` the tables are written but the run stays open, so the caller can add
     the executed notebook before calling ``run.finish()``."""
+    if resume:
+        # A resumed run continues the grid it was started with, whatever else was passed.
+        run = open_run(resume)
+        if run.complete:
+            return run
+        cfg = SweepConfig.from_manifest(run.manifest)
     cfg.validate()
     model = cfg.resolved_model()
-    run = open_run(resume) if resume else create_run(Path(cfg.root), _manifest(cfg, model))
-    if run.complete:
-        return run
+    if not resume:
+        run = create_run(Path(cfg.root), _manifest(cfg, model))
     done = run.parts()
     todo = [c for c in cfg.cells() if cell_key(*c) not in done]
     bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",

@@ -1,0 +1,43 @@
+# The two commands of the README are `make book` and `make test`; everything else is a step.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+JB    := $(VENV)/bin/jupyter-book
+
+.PHONY: help setup measure book book-from-runs test test-fast gpu-sweep references clean-book
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+setup:  ## create .venv with the engine, the package and the book/test tools (idempotent)
+	scripts/setup.sh
+
+measure: setup  ## measure on this machine: the γ-sweep and the host-floor profile (new runs)
+	$(PY) -m specbench.notebooks sweep
+	$(PY) -m specbench.notebooks host_floor
+
+book: measure book-from-runs  ## measure here, then render the book with every run present
+
+book-from-runs: setup  ## render the book from the runs already in runs/
+	$(JB) build . --path-output . -W --keep-going
+
+test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh checkout
+	scripts/setup.sh --browser
+	$(JB) build . --path-output . -W --keep-going
+	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-sanitize-with tests/nbval/sanitize.cfg \
+	    tests tests/nbval; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+test-fast: setup  ## unit tests only: no engine, no notebooks, no browser
+	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser" tests
+
+gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id
+	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }
+	ENGINE=vllm scripts/setup.sh
+	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)"
+
+references: setup  ## re-execute the chapters into tests/nbval (after a chapter or run changes)
+	$(PY) scripts/update_references.py
+
+clean-book:  ## remove the rendered book
+	rm -rf _build

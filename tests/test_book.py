@@ -1,0 +1,87 @@
+"""The rendered book: references in sync, no CDN, and a real browser draws every chart.
+
+The browser test needs the built site (`make book-from-runs`, which `make test` runs first)
+and Debian's chromium (`scripts/setup.sh --browser`).
+"""
+import os
+import re
+import shutil
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+ARTIFACTS = ROOT / "artifacts" / "screenshots"
+CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md")
+                  if p.read_text().startswith("---\njupytext:"))
+CDN = re.compile(r"https?://(cdn\.jsdelivr\.net|unpkg\.com|cdnjs\.cloudflare\.com|"
+                 r"cdn\.plot\.ly|code\.jquery\.com|fonts\.googleapis\.com|"
+                 r"cdn\.mathjax\.org|polyfill\.io)")
+
+
+def _code(cells):
+    return [c.source.strip() for c in cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_nbval_reference_matches_the_chapter(chapter):
+    ref = ROOT / "tests" / "nbval" / f"{chapter.stem}.ipynb"
+    assert ref.exists(), f"{ref} is missing: run `make references`"
+    assert _code(nbformat.read(ref, as_version=4).cells) == _code(jupytext.read(chapter).cells), \
+        f"{chapter.name} changed since its nbval reference: run `make references`"
+
+
+def _built():
+    if not (HTML / "index.html").exists():
+        pytest.fail(f"{HTML} has no built book: run `make book-from-runs` first")
+    return sorted(HTML.glob("book/*.html")) + [HTML / "index.html"]
+
+
+def test_built_html_requests_no_cdn():
+    offenders = {p.name: CDN.findall(p.read_text(errors="ignore")) for p in HTML.rglob("*.html")} \
+        if HTML.exists() else {}
+    _built()
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+@pytest.mark.browser
+def test_every_chart_renders_offline_in_chromium():
+    pages = _built()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.fail("Debian's chromium is not installed: run scripts/setup.sh --browser")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+        external = []
+        context.route(re.compile(r"^(?!file:).*"), lambda route: (external.append(route.request.url),
+                                                                   route.abort()))
+        for html in pages:
+            page = context.new_page()
+            errors = []
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(html.as_uri(), wait_until="load")
+            charts = page.locator(".vega-chart")
+            for i in range(charts.count()):
+                try:
+                    charts.nth(i).locator("svg, canvas").first.wait_for(timeout=15000)
+                except Exception:  # noqa: BLE001 - reported below with the page's name
+                    problems.append(f"{html.name}: chart {i} drew nothing")
+            if page.locator(".vega-error").count():
+                problems.append(f"{html.name}: {page.locator('.vega-error').first.inner_text()}")
+            page.screenshot(path=str(ARTIFACTS / f"{html.stem}.png"), full_page=True)
+            problems += [f"{html.name}: console error: {e}" for e in errors]
+            page.close()
+        browser.close()
+    problems += [f"request to the network: {u}" for u in external]
+    assert not problems, "\n".join(problems)
