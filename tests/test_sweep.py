@@ -102,19 +102,23 @@ def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, model_dir, m
 
 
 def test_summarize_compares_outputs_and_derives_rates():
-    def part(g, outputs, accepted):
+    def part(g, outputs, drafts, accepted):
         reps = [{"rep": 0, "pot_ms": 10.0 / (1 + g), "ttft_ms": 5.0, "decode_s": 1.0,
-                 "wall_s": 1.0, "output_tokens": 11, "loadavg_1m": 0.5, "drafts": 5 if g else 0,
-                 "draft_tokens": 5 * g, "accepted_tokens": accepted, "accepted_per_pos": "",
-                 "draft_tokens_cumulative": 5 * g}]
+                 "wall_s": 1.0, "output_tokens": 11, "loadavg_1m": 0.5, "foreign_cores": 0.0,
+                 "drafts": drafts, "draft_tokens": drafts * g, "accepted_tokens": accepted,
+                 "accepted_per_pos": "", "draft_tokens_cumulative": drafts * g}]
         return {"status": "ok", "workload": "repeat", "gamma": g, "batch": 1, "reps": reps,
                 "outputs": outputs, "prompt_tokens": [100]}
-    reps, cells = sweep.summarize({"a": part(0, [[1, 2, 3]], 0), "b": part(2, [[1, 2, 3]], 8),
-                                   "c": part(4, [[1, 9, 3]], 0)})
+    reps, cells = sweep.summarize({"a": part(0, [[1, 2, 3]], 0, 0),
+                                   "b": part(2, [[1, 2, 3]], 4, 6),
+                                   "c": part(4, [[1, 9, 3]], 3, 12)})
     cells = cells.set_index("gamma")
     assert cells.loc[2, "outputs_equal"] and not cells.loc[4, "outputs_equal"]
     assert cells.loc[4, "first_mismatch"] == 1
-    assert cells.loc[2, "alpha"] == 0.8 and cells.loc[2, "mean_acceptance_length"] == 1 + 8 / 5
-    # 10 decoded tokens, 8 of them accepted drafts: 2 steps of 5 tokens each
-    assert cells.loc[2, "tokens_per_step"] == 5.0
+    assert cells.loc[2, "alpha"] == 0.75 and cells.loc[2, "mean_acceptance_length"] == 2.5
+    # 10 decoded tokens, 6 of them accepted drafts: 4 steps of 2.5 tokens
+    assert cells.loc[2, "tokens_per_step"] == 2.5
+    # 3 drafting steps accepted all 12 drafts, but max_tokens kept only 10 tokens: still 3 steps
+    assert cells.loc[4, "tokens_per_step"] == pytest.approx(10 / 3)
     assert cells.loc[2, "speedup"] == pytest.approx(3.0)
+    assert not cells["loaded"].any()

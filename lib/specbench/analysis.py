@@ -23,11 +23,21 @@ def _sku_label(run: Run) -> str:
     return f"CPU {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
 
 
-def sweep_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
-    """The cells of every complete sweep run, with run, SKU and model columns and the
-    predictions of :func:`predict`."""
+def latest_per_sku(runs: list[Run]) -> list[Run]:
+    """The most recent run of each SKU (older runs stay in the store and in the manifest
+    table, superseded)."""
+    latest: dict[str, Run] = {}
+    for run in runs:  # oldest first
+        latest[run.sku] = run
+    return list(latest.values())
+
+
+def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
+    """The cells of the latest complete sweep of every SKU (of every run with ``all_runs``),
+    with run, SKU and model columns and the predictions of :func:`predict`."""
     frames = []
-    for run in load_runs(root, kind="sweep"):
+    runs = load_runs(root, kind="sweep")
+    for run in runs if all_runs else latest_per_sku(runs):
         cells = run.table("cells.csv")
         cells = cells[cells["status"] == "ok"].copy()
         cells.insert(0, "run_id", run.run_id)

@@ -38,6 +38,7 @@ class EngineSettings:
     max_num_seqs: int = 8
     cpu_kvcache_gib: int = 2
     load_format: str = "auto"       # "dummy": random weights (timing-only experiments)
+    profiler_dir: str | None = None  # vLLM's own torch profiler of the engine-core worker
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -54,6 +55,11 @@ class EngineSettings:
                       max_num_seqs=self.max_num_seqs, load_format=self.load_format,
                       # Without stats logging get_metrics() has no spec-decode counters.
                       disable_log_stats=False)
+        if self.profiler_dir:
+            kwargs["profiler_config"] = {
+                "profiler": "torch", "torch_profiler_dir": self.profiler_dir,
+                "torch_profiler_with_stack": False, "torch_profiler_use_gzip": False,
+                "torch_profiler_activities": ["CPU"], "ignore_frontend": True}
         if self.gamma > 0:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.gamma,

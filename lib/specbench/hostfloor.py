@@ -5,9 +5,11 @@ paid once per call — engine warmup, scheduling of the request, prefill, load �
 and cancels in the difference; what remains is N−1 decode steps. Dividing by N−1 gives the
 per-step wall time and the per-step compute time; the host-exposed time is their difference.
 
-* **CPU** (runs here): vLLM with the engine kept in the calling process
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) under ``torch.profiler``; "compute" is the summed
-  self time of the operator families in :data:`COMPUTE_FAMILIES` (one place, tested).
+* **CPU** (runs here): the same multi-process vLLM engine the sweep times, with vLLM's own
+  torch profiler in the engine-core worker (``profiler_config``); "compute" is the summed
+  self time of the worker's operators in the families of :data:`COMPUTE_FAMILIES` (one
+  place, tested). Wall time is taken by the caller around the call, so host-exposed time
+  includes the scheduler, the inter-process hops and the output processing.
 * **GPU** (nsys): the paper's method. :func:`nsys_command` traces the whole vLLM process tree,
   "compute" is the summed GPU kernel time, read from ``nsys stats`` CSV
   (:func:`read_kernel_summary_csv`) or the SQLite export (:func:`read_kernel_sqlite`).
@@ -80,24 +82,80 @@ def difference(short: StepProfile, long: StepProfile) -> dict:
             "families_ms": families}
 
 
-# -- CPU: torch.profiler over an in-process vLLM engine -------------------------------------
+# -- CPU: vLLM's torch profiler in the engine-core worker ------------------------------------
 
-def profile_cpu_decode(engine, prompt_ids: list[int], tokens: int) -> StepProfile:
-    """Profile one greedy call of ``tokens`` new tokens; the engine must run in-process."""
+def self_times(trace_events: list[dict]) -> dict[str, float]:
+    """Self time in ms per operator name from Chrome-trace ``cpu_op`` events.
+
+    Operators nest (``aten::linear`` calls ``aten::addmm``); an operator's self time is its
+    duration less that of the operators directly inside it, per thread."""
+    ops = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+                 key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
+    totals: dict[str, float] = {}
+    stack: list[list] = []  # [end, name, self_us, thread]
+    for event in ops:
+        thread, start, end = (event["pid"], event["tid"]), event["ts"], event["ts"] + event["dur"]
+        while stack and (stack[-1][3] != thread or stack[-1][0] <= start):
+            _, name, own, _ = stack.pop()
+            totals[name] = totals.get(name, 0.0) + own
+        if stack:
+            stack[-1][2] -= event["dur"]
+        stack.append([end, event["name"], float(event["dur"]), thread])
+    for _, name, own, _ in stack:
+        totals[name] = totals.get(name, 0.0) + own
+    return {name: us / 1e3 for name, us in totals.items()}
+
+
+def read_trace(path: Path) -> list[dict]:
+    """The events of a torch profiler Chrome trace (``.json`` or ``.json.gz``)."""
+    import gzip
+    import json
+
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            return json.load(f)["traceEvents"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{path}: not a torch profiler Chrome trace ({exc})") from exc
+
+
+def _wait_until_quiet(folder: Path, deadline: float, quiet_s: float = 1.5) -> None:
+    """Wait until no file in ``folder`` has changed for ``quiet_s``: the worker writes the
+    trace and its summary table after stop_profile returns, and a timed call must not
+    overlap that work."""
     import time
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    while time.time() < deadline:
+        newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
+        if time.time() - newest > quiet_s:
+            return
+        time.sleep(0.3)
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        engine.generate([prompt_ids], tokens, read_counters=False)
-        wall = time.perf_counter() - start
+
+def profile_cpu_decode(engine, prompt_ids: list[int], tokens: int, timeout_s: float = 120):
+    """Profile one greedy call of ``tokens`` new tokens in the engine's worker."""
+    import time
+
+    trace_dir = Path(engine.settings.profiler_dir)
+    before = set(trace_dir.glob("*.json*"))
+    engine.llm.start_profile()
+    start = time.perf_counter()
+    engine.generate([prompt_ids], tokens, read_counters=False)
+    wall = time.perf_counter() - start
+    engine.llm.stop_profile()
+    deadline = time.time() + timeout_s
+    while not (new := sorted(set(trace_dir.glob("*.json*")) - before)):
+        if time.time() > deadline:
+            raise TimeoutError(f"{trace_dir}: the profiler wrote no trace in {timeout_s} s")
+        time.sleep(0.2)
+    _wait_until_quiet(trace_dir, deadline)
     families: dict[str, float] = {}
-    for event in prof.key_averages():
-        family = classify(event.key)
-        families[family] = families.get(family, 0.0) + event.self_cpu_time_total / 1e3
-    del torch
+    for name, ms in self_times(read_trace(new[-1])).items():
+        family = classify(name)
+        families[family] = families.get(family, 0.0) + ms
+    for path in new:
+        path.unlink()
     return StepProfile(tokens, 1e3 * wall, families)
 
 
@@ -214,6 +272,7 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     from .assets import cache_dir, embedded_model_dir
     from .contract import contract, model_shape
     from .engine import Engine, EngineSettings, on_gpu
+    from .load import ForeignCpu
     from .runs import DEFAULT_ROOT, create_run
 
     if tokens < 2 or reps < 1:
@@ -222,8 +281,6 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
         raise NotImplementedError(
             "on a GPU the host floor is measured with nsys (nsys_command / run_nsys); the CPU "
             "profiler path would time the host, not the kernels")
-    # torch.profiler sees only this process: keep vLLM's engine core in it.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     embedded = str(embedded_model_dir())
     large = random_weight_model(large_shape or LARGE_SHAPE, Path(embedded),
                                 cache_dir() / "models" / "smollm2-1.7b-shape-random")
@@ -232,8 +289,10 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     manifest = contract("hostfloor", embedded, "bfloat16")
     manifest.update(
         grid={"tokens": [1, tokens], "reps": reps, "workload": "repeat", "batch": 1,
-              "gamma": 0, "method": "difference of torch.profiler totals at 1 and N tokens, "
-                                    "engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"},
+              "gamma": 0, "method": "difference of totals at 1 and N tokens; compute = self "
+                                    "time of compute-family operators in vLLM's torch "
+                                    "profiler of the engine-core worker; wall = caller's "
+                                    "clock around the call"},
         models=[{"label": label, "path": path,
                  "weights": "pretrained" if fmt == "auto" else
                             "random (vLLM load_format=dummy): timing only, never acceptance",
@@ -243,17 +302,21 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     run = create_run(Path(root or DEFAULT_ROOT), manifest)
     steps, families = [], []
     bar = tqdm(total=len(models) * reps, desc="host floor", unit="rep", disable=not progress)
+    traces = Path(tempfile.mkdtemp(prefix="specbench-traces-"))
     for label, path, fmt in models:
-        with Engine(EngineSettings(model=path, gamma=0, load_format=fmt)) as engine:
+        settings = EngineSettings(model=path, gamma=0, load_format=fmt, profiler_dir=str(traces))
+        with Engine(settings) as engine:
             prompt = engine.encode_chat(workloads.messages("repeat", 0))
             engine.generate([prompt], 8, read_counters=False)          # warm every path
             for rep in range(reps):
                 for n in (1, tokens):
-                    prof = profile_cpu_decode(engine, prompt, n)
-                    plain = engine.generate([prompt], n, read_counters=False)
+                    with ForeignCpu() as foreign:
+                        plain = engine.generate([prompt], n, read_counters=False)
+                        prof = profile_cpu_decode(engine, prompt, n)
                     steps.append({"model": label, "tokens": n, "rep": rep,
                                   "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
-                                  "unprofiled_wall_ms": 1e3 * plain.wall_s})
+                                  "unprofiled_wall_ms": 1e3 * plain.wall_s,
+                                  "foreign_cores": foreign.foreign_cores})
                     families += [{"model": label, "tokens": n, "rep": rep, "family": f,
                                   "self_ms": ms} for f, ms in prof.families_ms.items()]
                 bar.update()

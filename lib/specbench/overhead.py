@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from . import workloads
 from .contract import contract
 from .engine import Engine, EngineSettings
+from .load import ForeignCpu
 from .runs import Run, create_run
 
 __all__ = ["run_overhead", "overhead_summary"]
@@ -43,10 +44,12 @@ def run_overhead(model: str | None = None, pairs: int = 8, gamma: int = 4,
         order = [True, False, False, True]
         for rep in tqdm(range(2 * pairs), desc="overhead", disable=not progress):
             read = order[rep % 4]
-            start = time.perf_counter()
-            gen = engine.generate(prompt, max_tokens, sampling, read_counters=read)
-            rows.append({"rep": rep, "read_counters": read,
-                         "wall_s": time.perf_counter() - start, "pot_ms": 1e3 * gen.pot_s[0]})
+            with ForeignCpu() as foreign:
+                start = time.perf_counter()
+                gen = engine.generate(prompt, max_tokens, sampling, read_counters=read)
+                wall = time.perf_counter() - start
+            rows.append({"rep": rep, "read_counters": read, "wall_s": wall,
+                         "pot_ms": 1e3 * gen.pot_s[0], "foreign_cores": foreign.foreign_cores})
         started = time.perf_counter()
         for _ in range(20):
             engine.counters()

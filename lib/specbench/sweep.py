@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from . import workloads
 from .contract import contract
 from .engine import Engine, EngineSettings
+from .load import ForeignCpu
 from .runs import Run, create_run, open_run
 
 __all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key"]
@@ -29,6 +30,7 @@ __all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key"]
 # The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
 # of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
 # fifteen minutes; medians over 3 repetitions, noise about ±10 % between repetitions.
+MAX_FOREIGN_CORES = 0.25
 DEFAULT_WARMUP = 1
 DEFAULT_REPS = 3
 
@@ -124,12 +126,14 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
     reps, outputs = [], None
     for rep in range(cfg.reps):
         load = os.getloadavg()[0]
-        gen = engine.generate(prompts, cfg.max_tokens, sampling)
+        with ForeignCpu() as foreign:
+            gen = engine.generate(prompts, cfg.max_tokens, sampling)
         outputs = outputs or gen.token_ids
         row = {"rep": rep, "pot_ms": 1e3 * statistics.median(gen.pot_s),
                "ttft_ms": 1e3 * statistics.median(gen.ttft_s),
                "decode_s": max(gen.decode_s), "wall_s": gen.wall_s,
                "output_tokens": sum(gen.output_tokens), "loadavg_1m": load,
+               "foreign_cores": foreign.foreign_cores,
                "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": ""}
         if gen.counters is not None:
             row.update(gen.counters.as_row())
@@ -220,9 +224,12 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
         drafted = int(reps["draft_tokens"].sum())
         accepted = int(reps["accepted_tokens"].sum())
         drafts = int(reps["drafts"].sum())
-        # Decode steps of the batch: every emitted token after the first comes from a step,
-        # and a step emits 1 + its accepted drafts; so steps = decoded tokens − accepted.
+        # Decode steps, summed over the batch's requests: a step emits 1 + its accepted
+        # drafts, so steps = decoded − accepted. vLLM counts the drafts accepted in a request's
+        # last step even when max_tokens cuts them off, so that can fall below the number of
+        # steps that drafted; every drafting step is a step, hence the max.
         decoded = int((reps["output_tokens"] - key["batch"]).sum())
+        steps = max(drafts, decoded - accepted)
         cell_rows.append({
             **key, "status": "ok", "error": "", "n_reps": len(reps),
             "pot_ms": reps["pot_ms"].median(), "pot_ms_min": reps["pot_ms"].min(),
@@ -233,14 +240,17 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
             # which is α = 0 in eq. 1; draft_tokens = 0 says so in the table.
             "alpha": accepted / drafted if drafted else 0.0,
             "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-            "tokens_per_step": decoded / (decoded - accepted) if decoded > accepted else np.nan,
+            "tokens_per_step": decoded / steps if steps else np.nan,
             # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings
             # that bound them must still advance with every repetition.
             "counters_in_line": bool(key["gamma"] == 0 or drafted == 0 or (
                 reps["draft_tokens_cumulative"].is_monotonic_increasing
                 and reps["draft_tokens_cumulative"].nunique() == len(reps))),
             "loadavg_1m": reps["loadavg_1m"].max(),
-            "loaded": bool(reps["loadavg_1m"].max() > max_load),
+            # Contention: other processes kept more than a quarter of a core busy.
+            "foreign_cores": reps["foreign_cores"].max() if "foreign_cores" in reps else np.nan,
+            "loaded": bool(reps["foreign_cores"].max() > MAX_FOREIGN_CORES
+                           if "foreign_cores" in reps else reps["loadavg_1m"].max() > max_load),
             "_outputs": record["outputs"],
         })
     cells = pd.DataFrame(cell_rows).sort_values(["workload", "batch", "gamma"]).reset_index(drop=True)

@@ -1,0 +1,62 @@
+"""Analysis and charts on the committed runs (real data, no engine)."""
+import json
+
+import numpy as np
+import pytest
+
+from specbench import analysis, charts
+from specbench.runs import load_runs
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return analysis.sweep_cells()
+
+
+def test_committed_sweep_meets_the_design(cells):
+    """The committed reference run: 'repeat' copies, 'open' does not, speculation pays."""
+    spec = cells[cells["gamma"] > 0]
+    rep, opn = spec[spec["workload"] == "repeat"], spec[spec["workload"] == "open"]
+    assert (rep[rep["batch"] == 1]["alpha"] >= 0.9).all()
+    assert (rep[rep["batch"] == 4]["alpha"] >= 0.8).all()
+    assert (opn["alpha"] <= 0.3).all()
+    top = rep[(rep["batch"] == 1) & (rep["gamma"] == rep["gamma"].max())]
+    assert (top["speedup"] >= 2).all()
+
+
+def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
+    spec = cells[cells["gamma"] > 0]
+    for column in ("t_base_ms", "d", "pred_eq1_ms", "pred_blind_ms", "err_eq1_pct"):
+        assert np.isfinite(spec[column]).all(), column
+    # eq. 1 sees only t_base, counter α and d: recomputing it without pot_ms gives the same.
+    again = spec["t_base_ms"] * (1 + spec["d"]) / (spec["alpha"] * spec["gamma"] + 1)
+    assert np.allclose(again, spec["pred_eq1_ms"])
+    assert (spec["d"] >= 0).all() and (spec["d"] < 0.5).all()
+
+
+def test_blind_model_fails_on_open_more_than_eq1(cells):
+    table = analysis.accuracy_table(cells)
+    for sku in cells["sku_label"].unique():
+        row = table.loc[(sku, "open")]
+        assert row["acceptance-blind MAPE %"] > row["eq. 1 MAPE %"]
+
+
+def test_every_chart_builds_to_a_vega_lite_spec(cells):
+    for build in (charts.fig1_speedup, charts.fig2_latency, charts.fig3_shortfall,
+                  charts.fig5_timing_alpha, charts.fig6_parity):
+        spec = build(cells).to_dict()
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+    assert charts.fig_economics().to_dict()
+
+
+def test_offline_renderer_is_deterministic_and_cdn_free(cells):
+    spec = charts.fig6_parity(cells).to_dict()
+    a, b = charts._render(spec, png=False), charts._render(spec, png=False)
+    assert a == b and "vegaEmbed(" in a["text/html"]
+    assert "cdn." not in a["text/html"] and "jsdelivr" not in a["text/html"]
+
+
+def test_manifest_table_lists_every_run():
+    runs = load_runs()
+    table = analysis.manifest_table(runs)
+    assert len(table) == len(runs) and table["engine"].str.contains("vllm").all()
