@@ -46,4 +46,6 @@ def test_bad_gamma():
 def test_cpu_microbenchmark_returns_positive_ceilings():
     sku = rl.measure_cpu_sku("cpu-test", gemm_n=256, copy_mib=16, repeats=2)
     assert sku.peak_flops > 1e8 and sku.bandwidth > 1e8
-    assert "float32" in sku.source
+    assert "float32 numpy" in sku.source
+    bf16 = rl.measure_cpu_sku(gemm_n=256, copy_mib=16, repeats=2, dtype="bfloat16")
+    assert bf16.peak_flops > 1e8 and "bfloat16 torch" in bf16.source

@@ -52,21 +52,22 @@ def _shape(cells):
     return alt.Shape("sku_label:N", title="SKU")
 
 
-def fig1_speedup(cells: pd.DataFrame) -> alt.Chart:
+def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 1: measured speedup over γ=0 versus γ, per workload, SKU and batch."""
     data = cells[["sku_label", "workload", "batch", "gamma", "speedup", "alpha"]]
-    ideal = pd.DataFrame({"gamma": np.arange(0, cells["gamma"].max() + 1)})
-    ideal["speedup"] = ideal["gamma"] + 1
-    points = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=70, filled=True)).encode(
-        x=alt.X("gamma:Q", title="γ (draft tokens per step)", axis=alt.Axis(tickMinStep=1)),
+    base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
+                                      axis=alt.Axis(tickMinStep=1)))
+    # Facets need one data source for every layer: the ideal line is computed from it.
+    ideal = base.transform_calculate(ideal="datum.gamma + 1").mark_line(
+        strokeDash=[4, 4], color="gray").encode(y="ideal:Q")
+    one = base.mark_rule(color="black", opacity=0.4).encode(y=alt.datum(1))
+    points = base.mark_line(point=alt.OverlayMarkDef(size=70, filled=True)).encode(
         y=alt.Y("speedup:Q", title="speedup over γ=0"),
         color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
         shape=_shape(cells), detail="sku_label:N",
         tooltip=["workload", "sku_label", "batch", "gamma", alt.Tooltip("speedup", format=".2f"),
                  alt.Tooltip("alpha", title="counter α", format=".2f")])
-    line = alt.Chart(ideal).mark_line(strokeDash=[4, 4], color="gray").encode(x="gamma:Q", y="speedup:Q")
-    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black", opacity=0.4).encode(y="y:Q")
-    return (line + one + points).properties(width=WIDTH, height=220).facet(
+    return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
         title="Speedup tracks acceptance, not γ (dashed: γ+1)")
 
@@ -88,19 +89,24 @@ def eq1_curves(cells: pd.DataFrame, gammas=np.linspace(0, 6, 61)) -> pd.DataFram
     return pd.concat(rows, ignore_index=True)
 
 
-def fig2_latency(cells: pd.DataFrame) -> alt.Chart:
+def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 2: measured per-token latency (points) against eq. 1 (curves)."""
-    curves = eq1_curves(cells)
-    line = alt.Chart(curves).mark_line().encode(
-        x="gamma:Q", y="pot_ms:Q", color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
-        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="SKU"))
-    pts = alt.Chart(cells).mark_point(size=80, filled=True).encode(
+    cols = ["sku_label", "workload", "batch", "gamma", "pot_ms"]
+    data = pd.concat([
+        eq1_curves(cells)[cols].assign(kind="eq. 1"),
+        cells[cols + ["pred_eq1_ms", "alpha"]].assign(kind="measured")], ignore_index=True)
+    base = alt.Chart().encode(
         x=alt.X("gamma:Q", title="γ"), y=alt.Y("pot_ms:Q", title="per-output-token latency (ms)"),
-        color=alt.Color("workload:N", scale=WORKLOAD_COLORS), shape=_shape(cells),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS))
+    line = base.transform_filter(alt.datum.kind == "eq. 1").mark_line().encode(
+        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="SKU"))
+    pts = base.transform_filter(alt.datum.kind == "measured").mark_point(
+        size=80, filled=True).encode(
+        shape=_shape(cells),
         tooltip=["workload", "sku_label", "batch", "gamma",
                  alt.Tooltip("pot_ms", format=".1f"), alt.Tooltip("pred_eq1_ms", format=".1f"),
                  alt.Tooltip("alpha", format=".2f")])
-    return (line + pts).properties(width=WIDTH, height=220).facet(
+    return alt.layer(line, pts, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
         title="One equation, both regimes: points measured, curves eq. 1 with counter α")
 

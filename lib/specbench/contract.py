@@ -67,7 +67,7 @@ def model_shape(model: str, dtype: str) -> dict | None:
                                             act_bytes=size))
 
 
-def roofline_sku(hardware: dict, threads: int | None) -> dict | None:
+def roofline_sku(hardware: dict, threads: int | None, dtype: str = "bfloat16") -> dict | None:
     """The roofline ceilings of this hardware: a datasheet GPU, or a CPU measured now by
     :func:`specbench.roofline.measure_cpu_sku` in a child process pinned to ``threads``."""
     if hardware.get("gpus"):
@@ -77,7 +77,7 @@ def roofline_sku(hardware: dict, threads: int | None) -> dict | None:
     n = str(threads or 1)
     env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
     code = ("import json, dataclasses; from specbench.roofline import measure_cpu_sku; "
-            f"print(json.dumps(dataclasses.asdict(measure_cpu_sku(threads={n}))))")
+            f"print(json.dumps(dataclasses.asdict(measure_cpu_sku(threads={n}, dtype={dtype!r}))))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -101,5 +101,5 @@ def contract(kind: str, model: str, dtype: str, **settings) -> dict:
         "hardware": {**hardware, "threads": threads},
         "dtype": dtype,
         "model_shape": model_shape(model, dtype),
-        "roofline_sku": roofline_sku(hardware, threads),
+        "roofline_sku": roofline_sku(hardware, threads, dtype),
     }

@@ -141,27 +141,37 @@ def verify_overhead(model: ModelShape, sku: Sku, gamma, batch: int = 1, context:
 
 
 def measure_cpu_sku(name: str | None = None, threads: int | None = None, gemm_n: int = 2048,
-                    copy_mib: int = 512, repeats: int = 5) -> Sku:
+                    copy_mib: int = 512, repeats: int = 5, dtype: str = "float32") -> Sku:
     """Measure a CPU's roofline ceilings with two microbenchmarks and return a :class:`Sku`.
 
-    * peak: the best of ``repeats`` numpy float32 GEMMs of ``gemm_n``³ (2n³ FLOPs each), in
-      the BLAS threads numpy already uses (set ``OMP_NUM_THREADS`` before import to pin them);
+    * peak: the best of ``repeats`` GEMMs of ``gemm_n``³ (2n³ FLOPs each) at the engine's
+      dtype — numpy for float32; torch for bfloat16/float16, which dispatches to the same
+      oneDNN kernels as vLLM's CPU linear layers (numpy has no bf16, and a float32 peak
+      understates a bf16-capable core) — in the threads the process allows (set
+      ``OMP_NUM_THREADS`` before import to pin them);
     * bandwidth: the best of ``repeats`` copies of a ``copy_mib`` MiB array (read + write bytes).
-
-    float32 GEMM stands in for the engine's bf16 kernels: state that next to any d(γ) it feeds.
     """
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
-    b = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
-    a @ b  # warm the BLAS threads and caches
-    gemm = min(_timed(lambda: a @ b) for _ in range(repeats))
+    if dtype == "float32":
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
+        b = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
+        matmul, library = (lambda: a @ b), "numpy"
+    else:
+        import torch
+        if threads:
+            torch.set_num_threads(threads)
+        ta = torch.randn(gemm_n, gemm_n, dtype=getattr(torch, dtype))
+        tb = torch.randn(gemm_n, gemm_n, dtype=getattr(torch, dtype))
+        matmul, library = (lambda: torch.mm(ta, tb)), "torch"
+    matmul()  # warm the BLAS threads and caches
+    gemm = min(_timed(matmul) for _ in range(repeats))
     src = np.ones(copy_mib * 2**20 // 8)
     dst = np.empty_like(src)
     np.copyto(dst, src)
     copy = min(_timed(lambda: np.copyto(dst, src)) for _ in range(repeats))
     threads = threads or len(os.sched_getaffinity(0))
-    return Sku(name or f"cpu-{threads}t", 2 * gemm_n**3 / gemm, 2 * src.nbytes / copy,
-               f"measure_cpu_sku(gemm_n={gemm_n}, copy_mib={copy_mib}), float32 numpy")
+    return Sku(name or f"cpu-{threads}t-{dtype}", 2 * gemm_n**3 / gemm, 2 * src.nbytes / copy,
+               f"measure_cpu_sku(gemm_n={gemm_n}, copy_mib={copy_mib}), {dtype} {library} GEMM")
 
 
 def _timed(fn) -> float:
