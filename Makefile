@@ -22,11 +22,11 @@ overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' 
 book: measure book-from-runs  ## measure here, then render the book with every run present
 
 book-from-runs: setup  ## render the book from the runs already in runs/
-	$(JB) build . --path-output . -W --keep-going
+	scripts/build_book.sh
 
 test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh checkout
 	scripts/setup.sh --browser
-	$(JB) build . --path-output . -W --keep-going
+	scripts/build_book.sh
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-sanitize-with tests/nbval/sanitize.cfg \
 	    tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc

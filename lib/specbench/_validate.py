@@ -18,7 +18,8 @@ def check(name: str, value, *, low=None, high=None, low_open=False, high_open=Fa
     """Raise ``ValueError`` unless every element of ``value`` is a finite number in range.
 
     ``low``/``high`` are inclusive unless ``low_open``/``high_open``.
-    Returns ``value`` untouched so the caller keeps its type (float, ndarray or Series).
+    Returns ``value`` untouched so the caller keeps its type (float, ndarray or Series);
+    a list or tuple comes back as a float ndarray, so arithmetic on it works.
     """
     try:
         arr = np.asarray(value, dtype=float)
@@ -37,7 +38,7 @@ def check(name: str, value, *, low=None, high=None, low_open=False, high_open=Fa
         if bad.any():
             op = "<" if high_open else "<="
             raise ValueError(f"{name} must be {op} {high}, got {_first_bad(arr, bad)!r}")
-    return value
+    return arr if isinstance(value, (list, tuple)) else value
 
 
 def scalar_or_array(result):

@@ -97,12 +97,10 @@ def build_vega_bundle(path: Path = VEGA_BUNDLE) -> Path:
 
     if path.exists():
         return path
-    vl_version = "v" + alt.SCHEMA_VERSION.lstrip("v").rsplit(".", 1)[0].replace(".", "_")
-    snippet = ("import vegaEmbed from 'vega-embed';\nimport * as vega from 'vega';\n"
-               "import * as vegaLite from 'vega-lite';\n"
-               "window.vega = vega; window.vegaLite = vegaLite; window.vl = vegaLite;\n"
-               "window.vegaEmbed = vegaEmbed;\n")
-    bundle = vlc.javascript_bundle(snippet, vl_version=vl_version)
+    # Match the Vega-Lite version altair writes ("v5.20.1" -> "v5.20"); the default snippet
+    # assigns vega, vegaLite and vegaEmbed to window.
+    vl_version = ".".join(alt.SCHEMA_VERSION.split(".")[:2])
+    bundle = vlc.javascript_bundle(vl_version=vl_version)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Wrapped in a function scope: the bundle's top-level names would otherwise collide with
     # the page's own scripts.

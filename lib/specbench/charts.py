@@ -60,7 +60,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
     # Facets need one data source for every layer: the ideal line is computed from it.
     ideal = base.transform_calculate(ideal="datum.gamma + 1").mark_line(
         strokeDash=[4, 4], color="gray").encode(y="ideal:Q")
-    one = base.mark_rule(color="black", opacity=0.4).encode(y=alt.datum(1))
+    one = alt.Chart().mark_rule(color="black", opacity=0.4).encode(y=alt.datum(1))
     points = base.mark_line(point=alt.OverlayMarkDef(size=70, filled=True)).encode(
         y=alt.Y("speedup:Q", title="speedup over γ=0"),
         color=alt.Color("workload:N", scale=WORKLOAD_COLORS),

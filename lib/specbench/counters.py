@@ -127,17 +127,19 @@ def from_prometheus_text(text: str, num_speculative_tokens: int | None = None,
     except ValueError as exc:
         raise ValueError(f"{source}: not a Prometheus text exposition: {exc}") from exc
     for family in families:
-        if not family.name.startswith(PREFIX):
-            continue
+        # A counter's family is <name> with samples <name>_total (and <name>_created); an
+        # exposition whose TYPE line already carries _total parses as family <name>_total.
+        name = family.name.removesuffix("_total")
+        if not name.startswith(PREFIX) or name.endswith("_created"):
+            continue  # vLLM exposes each counter's creation time as a <name>_created gauge
         for sample in family.samples:
-            # Typed counters arrive as <family>_total; an untyped exposition keeps the name.
-            if sample.name not in (family.name + "_total", family.name):
-                continue
-            if family.name == PER_POS:
+            if sample.name not in (name + "_total", name):
+                continue  # the _created timestamps, never summed into a count
+            if name == PER_POS:
                 key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "position"))
                 per_pos.setdefault(key, {})[int(sample.labels["position"])] = sample.value
             else:
-                totals[family.name] = totals.get(family.name, 0) + sample.value
+                totals[name] = totals.get(name, 0) + sample.value
     if DRAFTS in totals:
         absent = {DRAFT_TOKENS, ACCEPTED} - totals.keys()
         if absent:

@@ -33,14 +33,14 @@ __all__ = [
 
 
 def _check_k(k):
-    check("k", k, low=0)
+    k = check("k", k, low=0)
     if not np.all(np.asarray(k) == np.floor(np.asarray(k, dtype=float))):
         raise ValueError(f"k must be a whole number of tokens, got {k!r}")
 
 
 def tokens_per_step(alpha, k):
     """Expected tokens per iteration, Σ_{i=0..k} α^i = (1 − α^(k+1)) / (1 − α)."""
-    check("alpha", alpha, low=0, high=1)
+    alpha = check("alpha", alpha, low=0, high=1)
     _check_k(k)
     alpha = np.asarray(alpha, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -51,14 +51,14 @@ def tokens_per_step(alpha, k):
 
 def net_speedup(alpha, k, c, v=0.0):
     """Leviathan et al. with verification overhead: tokens_per_step / (1 + k·(c + v))."""
-    check("c", c, low=0)
-    check("v", v, low=0)
+    c = check("c", c, low=0)
+    v = check("v", v, low=0)
     return scalar_or_array(tokens_per_step(alpha, k) / (1 + np.asarray(k) * (c + v)))
 
 
 def optimal_k(alpha, c, v=0.0, k_max=16):
     """The k in 0..k_max with the highest :func:`net_speedup` (0 means: do not speculate)."""
-    check("k_max", k_max, low=0)
+    k_max = check("k_max", k_max, low=0)
     ks = np.arange(int(k_max) + 1)
     return int(ks[np.argmax([net_speedup(alpha, k, c, v) for k in ks])])
 
@@ -88,15 +88,15 @@ def break_even_alpha(k, c, v=0.0):
 
 def measured_decode_speedup(mean_acceptance_length, step_cost_ratio):
     """Operational path: L / (speculative iteration time / baseline decode-step time)."""
-    check("mean_acceptance_length", mean_acceptance_length, low=1)
-    check("step_cost_ratio", step_cost_ratio, low=0, low_open=True)
+    mean_acceptance_length = check("mean_acceptance_length", mean_acceptance_length, low=1)
+    step_cost_ratio = check("step_cost_ratio", step_cost_ratio, low=0, low_open=True)
     return scalar_or_array(mean_acceptance_length / step_cost_ratio)
 
 
 def replicas_needed(demand_tokens_per_s, qualified_tokens_per_s):
     """Whole replicas to serve the peak demand: ceil(demand / per-replica qualified rate)."""
-    check("demand_tokens_per_s", demand_tokens_per_s, low=0, low_open=True)
-    check("qualified_tokens_per_s", qualified_tokens_per_s, low=0, low_open=True)
+    demand_tokens_per_s = check("demand_tokens_per_s", demand_tokens_per_s, low=0, low_open=True)
+    qualified_tokens_per_s = check("qualified_tokens_per_s", qualified_tokens_per_s, low=0, low_open=True)
     return math.ceil(demand_tokens_per_s / qualified_tokens_per_s)
 
 
@@ -128,6 +128,6 @@ def cost_per_million(gpus_per_replica, gpu_hour_usd, qualified_tokens_per_s,
 
 def kv_capacity_tokens(free_bytes, bytes_per_token):
     """How many tokens of KV cache fit: floor(free bytes / bytes per token)."""
-    check("free_bytes", free_bytes, low=0)
-    check("bytes_per_token", bytes_per_token, low=0, low_open=True)
+    free_bytes = check("free_bytes", free_bytes, low=0)
+    bytes_per_token = check("bytes_per_token", bytes_per_token, low=0, low_open=True)
     return int(free_bytes // bytes_per_token)

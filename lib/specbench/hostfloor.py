@@ -241,12 +241,53 @@ def read_kernel_sqlite(path: Path) -> float:
     return total / 1e6
 
 
-def run_nsys(output: Path, command: list[str]) -> float:
-    """Run ``command`` under nsys and return its total kernel time in ms."""
-    subprocess.run(nsys_command(str(output), command), check=True)
+def run_nsys(output: Path, command: list[str]) -> tuple[float, str]:
+    """Run ``command`` under nsys; return its total kernel time in ms and its stdout."""
+    done = subprocess.run(nsys_command(str(output), command), check=True, capture_output=True,
+                          text=True)
     prefix = str(output) + "_kern"
-    subprocess.run(nsys_stats_command(str(output) + ".nsys-rep", prefix), check=True)
-    return read_kernel_summary_csv(Path(prefix + "_cuda_gpu_kern_sum.csv"))
+    subprocess.run(nsys_stats_command(str(output) + ".nsys-rep", prefix), check=True,
+                   capture_output=True)
+    summaries = sorted(Path(output).parent.glob(Path(prefix).name + "*.csv"))
+    if not summaries:
+        raise NsysFormatError(f"{prefix}*.csv: nsys stats wrote no kernel summary")
+    return read_kernel_summary_csv(summaries[0]), done.stdout
+
+
+def profile_gpu_decode(model: str, load_format: str, tokens: int, folder: Path) -> StepProfile:
+    """One child process under nsys generating ``tokens`` tokens; compute = kernel time.
+
+    The child's engine start and warmup kernels are in every profile and cancel in the
+    difference, as in the paper."""
+    import json
+    import sys
+
+    command = [sys.executable, "-m", "specbench.hostfloor", "--child", "--model", model,
+               "--load-format", load_format, "--tokens", str(tokens)]
+    kernels_ms, stdout = run_nsys(folder / f"decode-{tokens}", command)
+    wall_ms = json.loads(stdout.strip().splitlines()[-1])["wall_ms"]
+    return StepProfile(tokens, wall_ms, {"gpu kernels": kernels_ms, HOST_FAMILY: 0.0})
+
+
+def _child(argv=None) -> None:
+    """Entry of the profiled child: one warm engine, one timed call, wall time as JSON."""
+    import argparse
+    import json
+
+    from . import workloads
+    from .engine import Engine, EngineSettings
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--load-format", default="auto")
+    parser.add_argument("--tokens", type=int, required=True)
+    args = parser.parse_args(argv)
+    with Engine(EngineSettings(model=args.model, load_format=args.load_format)) as engine:
+        prompt = engine.encode_chat(workloads.messages("repeat", 0))
+        engine.generate([prompt], 8, read_counters=False)
+        gen = engine.generate([prompt], args.tokens, read_counters=False)
+    print(json.dumps({"wall_ms": 1e3 * gen.wall_s}))
 
 
 # -- the measurement ------------------------------------------------------------------------
@@ -277,10 +318,11 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
 
     if tokens < 2 or reps < 1:
         raise ValueError(f"tokens must be >= 2 and reps >= 1, got {tokens}, {reps}")
-    if on_gpu():
-        raise NotImplementedError(
-            "on a GPU the host floor is measured with nsys (nsys_command / run_nsys); the CPU "
-            "profiler path would time the host, not the kernels")
+    gpu = on_gpu()
+    if gpu and not nsys_available():
+        raise RuntimeError("on a GPU the host floor is measured with nsys, which is not on "
+                           "PATH: install NVIDIA Nsight Systems (the CPU profiler would time "
+                           "the host, not the kernels)")
     embedded = str(embedded_model_dir())
     large = random_weight_model(large_shape or LARGE_SHAPE, Path(embedded),
                                 cache_dir() / "models" / "smollm2-1.7b-shape-random")
@@ -303,6 +345,18 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     steps, families = [], []
     bar = tqdm(total=len(models) * reps, desc="host floor", unit="rep", disable=not progress)
     traces = Path(tempfile.mkdtemp(prefix="specbench-traces-"))
+    if gpu:
+        for label, path, fmt in models:
+            for rep in range(reps):
+                for n in (1, tokens):
+                    prof = profile_gpu_decode(path, fmt, n, traces)
+                    steps.append({"model": label, "tokens": n, "rep": rep,
+                                  "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
+                                  "unprofiled_wall_ms": prof.wall_ms, "foreign_cores": 0.0})
+                    families += [{"model": label, "tokens": n, "rep": rep, "family": f,
+                                  "self_ms": ms} for f, ms in prof.families_ms.items()]
+                bar.update()
+        models = []
     for label, path, fmt in models:
         settings = EngineSettings(model=path, gamma=0, load_format=fmt, profiler_dir=str(traces))
         with Engine(settings) as engine:
@@ -349,3 +403,7 @@ def decompose(steps, families) -> tuple:
     fam = pd.DataFrame(shares).groupby(["model", "family"])["ms"].median().reset_index()
     fam["share"] = fam["ms"] / fam.groupby("model")["ms"].transform("sum")
     return per_step.reset_index(), fam
+
+
+if __name__ == "__main__":
+    _child()

@@ -32,11 +32,11 @@ __all__ = [
 
 def per_token_latency(t_base, alpha, gamma, d=0.0, host_per_cycle=0.0):
     """Eq. 1: per-output-token decode latency under speculation, in the unit of ``t_base``."""
-    check("t_base", t_base, low=0, low_open=True)
-    check("alpha", alpha, low=0, high=1)
-    check("gamma", gamma, low=0)
-    check("d", d, low=-1, low_open=True)
-    check("host_per_cycle", host_per_cycle, low=0)
+    t_base = check("t_base", t_base, low=0, low_open=True)
+    alpha = check("alpha", alpha, low=0, high=1)
+    gamma = check("gamma", gamma, low=0)
+    d = check("d", d, low=-1, low_open=True)
+    host_per_cycle = check("host_per_cycle", host_per_cycle, low=0)
     return scalar_or_array((t_base * (1 + d) + host_per_cycle) / (alpha * gamma + 1))
 
 
@@ -46,10 +46,10 @@ def speedup(alpha, gamma, d=0.0, host_per_cycle_ratio=0.0):
     Limits: α→1 gives (γ+1)/(1+d); α=0 gives 1/(1+d) ≤ 1 — speculation that is never
     accepted still pays the verify overhead and saves nothing.
     """
-    check("alpha", alpha, low=0, high=1)
-    check("gamma", gamma, low=0)
-    check("d", d, low=-1, low_open=True)
-    check("host_per_cycle_ratio", host_per_cycle_ratio, low=0)
+    alpha = check("alpha", alpha, low=0, high=1)
+    gamma = check("gamma", gamma, low=0)
+    d = check("d", d, low=-1, low_open=True)
+    host_per_cycle_ratio = check("host_per_cycle_ratio", host_per_cycle_ratio, low=0)
     return scalar_or_array((alpha * gamma + 1) / (1 + d + host_per_cycle_ratio))
 
 
@@ -59,8 +59,8 @@ def device_pass_latency(t_base, gamma):
     It treats the target forward pass as the unit of cost and assumes every proposed token is
     accepted, so it predicts a (γ+1)× speedup whatever the acceptance — and fails on 'open'.
     """
-    check("t_base", t_base, low=0, low_open=True)
-    check("gamma", gamma, low=0)
+    t_base = check("t_base", t_base, low=0, low_open=True)
+    gamma = check("gamma", gamma, low=0)
     return scalar_or_array(t_base / (gamma + 1))
 
 
@@ -74,10 +74,10 @@ def alpha_from_timing(pot, t_base, gamma, d=0.0):
     (:class:`specbench.counters.SpecCounters`). The result is not clipped to [0, 1]: values
     outside it are themselves a diagnostic.
     """
-    check("pot", pot, low=0, low_open=True)
-    check("t_base", t_base, low=0, low_open=True)
-    check("gamma", gamma, low=0, low_open=True)
-    check("d", d, low=-1, low_open=True)
+    pot = check("pot", pot, low=0, low_open=True)
+    t_base = check("t_base", t_base, low=0, low_open=True)
+    gamma = check("gamma", gamma, low=0, low_open=True)
+    d = check("d", d, low=-1, low_open=True)
     return scalar_or_array((t_base * (1 + d) / pot - 1) / gamma)
 
 
@@ -86,8 +86,8 @@ def cell_errors(predicted, measured):
 
     Negative means the model under-predicts the latency (predicts faster than measured).
     """
-    check("predicted", predicted, low=0, low_open=True)
-    check("measured", measured, low=0, low_open=True)
+    predicted = check("predicted", predicted, low=0, low_open=True)
+    measured = check("measured", measured, low=0, low_open=True)
     return scalar_or_array(100.0 * (predicted - measured) / measured)
 
 
