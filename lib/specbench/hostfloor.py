@@ -307,7 +307,7 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     import tempfile
 
     import pandas as pd
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from . import workloads
     from .assets import cache_dir, embedded_model_dir

@@ -13,7 +13,7 @@ import statistics
 import time
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from . import workloads
 from .contract import contract
