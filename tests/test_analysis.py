@@ -1,5 +1,4 @@
 """Analysis and charts on the committed runs (real data, no engine)."""
-import json
 
 import numpy as np
 import pytest

@@ -3,7 +3,6 @@
 The browser test needs the built site (`make book-from-runs`, which `make test` runs first)
 and Debian's chromium (`scripts/setup.sh --browser`).
 """
-import os
 import re
 import shutil
 from pathlib import Path

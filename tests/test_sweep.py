@@ -4,7 +4,6 @@ bookkeeping, not a measurement (tests/test_engine.py runs the real engine)."""
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 from specbench import sweep

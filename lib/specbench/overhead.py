@@ -9,7 +9,6 @@ whole wall-clock of the call including the reads. The target is ≤ 1 %.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 
 import pandas as pd
