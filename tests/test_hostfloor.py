@@ -52,7 +52,10 @@ def test_decompose_takes_medians_over_repetitions():
     row = per_step.iloc[0]
     assert row["wall_ms"] == pytest.approx(10.0) and row["compute_ms"] == pytest.approx(6.0)
     assert row["host_share"] == pytest.approx(0.4)
-    assert families.set_index("family").loc["matmul", "share"] == pytest.approx(6 / 10)
+    by_family = families.set_index("family")
+    assert by_family.loc["matmul", "share"] == pytest.approx(6 / 10)
+    assert by_family.loc[hf.OUTSIDE_OPERATORS, "ms"] == pytest.approx(0.0)
+    assert by_family["share"].sum() == pytest.approx(1.0)
 
 
 def test_nsys_command_traces_the_process_tree():

@@ -139,10 +139,11 @@ def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
                       var_name="part", value_name="ms")
     long["part"] = long["part"].map({"compute_ms": "compute", "host_ms": "host-exposed"})
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("model_label:N", title=None), y=alt.Y("ms:Q", title="ms per decode step"),
+        x=alt.X("model_label:N", title=None, axis=alt.Axis(labelAngle=0, labelLimit=260)),
+        y=alt.Y("ms:Q", title="ms per decode step"),
         color=alt.Color("part:N", title="", scale=alt.Scale(range=["#1f77b4", "#ff7f0e"])),
         order=alt.Order("part:N"), tooltip=["model_label", "part", alt.Tooltip("ms", format=".2f")]
-    ).properties(width=280, height=240, title="Decode step = compute + host-exposed time")
+    ).properties(width=420, height=240, title="Decode step = compute + host-exposed time")
 
 
 def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:

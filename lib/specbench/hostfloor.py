@@ -44,6 +44,7 @@ COMPUTE_FAMILIES: dict[str, str] = {
     "elementwise": r"aten::(add|mul|sub|div|rsqrt|pow|exp|neg|mean|sum|max|min|where|clamp)_?$",
 }
 HOST_FAMILY = "host/other"
+OUTSIDE_OPERATORS = "host: outside any operator"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in COMPUTE_FAMILIES.items()]
 
 
@@ -401,9 +402,9 @@ def decompose(steps, families) -> tuple:
     per_step = pd.DataFrame(rows).groupby("model").median(numeric_only=True).drop(columns="rep")
     per_step["host_share"] = per_step["host_ms"] / per_step["wall_ms"]
     fam = pd.DataFrame(shares).groupby(["model", "family"])["ms"].median().reset_index()
-    fam["share"] = fam["ms"] / fam.groupby("model")["ms"].transform("sum")
+    # Time inside no profiled operator (Python scheduling, inter-process hops, output
+    # processing) is host-exposed too; shares are of the per-step wall time.
+    outside = (per_step["wall_ms"] - fam.groupby("model")["ms"].sum()).rename("ms").reset_index()
+    fam = pd.concat([fam, outside.assign(family=OUTSIDE_OPERATORS)], ignore_index=True)
+    fam["share"] = fam["ms"] / fam["model"].map(per_step["wall_ms"])
     return per_step.reset_index(), fam
-
-
-if __name__ == "__main__":
-    _child()
