@@ -299,6 +299,33 @@ LARGE_SHAPE = {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size"
                "num_attention_heads": 32, "num_key_value_heads": 32}
 
 
+def _cpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path):
+    """(rep, tokens, profile, unprofiled wall ms, foreign cores) from one warm CPU engine."""
+    from . import workloads
+    from .engine import Engine, EngineSettings
+    from .load import ForeignCpu
+
+    settings = EngineSettings(model=path, gamma=0, load_format=load_format,
+                              profiler_dir=str(traces))
+    with Engine(settings) as engine:
+        prompt = engine.encode_chat(workloads.messages("repeat", 0))
+        engine.generate([prompt], 8, read_counters=False)          # warm every path
+        for rep in range(reps):
+            for n in (1, tokens):
+                with ForeignCpu() as foreign:
+                    plain = engine.generate([prompt], n, read_counters=False)
+                    prof = profile_cpu_decode(engine, prompt, n)
+                yield rep, n, prof, 1e3 * plain.wall_s, foreign.foreign_cores
+
+
+def _gpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path):
+    """The same tuples from nsys-profiled child processes (the profiled wall is the wall)."""
+    for rep in range(reps):
+        for n in (1, tokens):
+            prof = profile_gpu_decode(path, load_format, n, traces)
+            yield rep, n, prof, prof.wall_ms, 0.0
+
+
 def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = True,
                    large_shape: dict | None = None):
     """Profile the embedded model and a random-weight larger one at 1 and ``tokens`` new
@@ -310,11 +337,9 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     import pandas as pd
     from tqdm import tqdm
 
-    from . import workloads
     from .assets import cache_dir, embedded_model_dir
     from .contract import contract, model_shape
-    from .engine import Engine, EngineSettings, on_gpu
-    from .load import ForeignCpu
+    from .engine import on_gpu
     from .runs import DEFAULT_ROOT, create_run
 
     if tokens < 2 or reps < 1:
@@ -345,36 +370,19 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     run = create_run(Path(root or DEFAULT_ROOT), manifest)
     steps, families = [], []
     bar = tqdm(total=len(models) * reps, desc="host floor", unit="rep", disable=not progress)
-    traces = Path(tempfile.mkdtemp(prefix="specbench-traces-"))
-    if gpu:
+    measure = _gpu_profiles if gpu else _cpu_profiles
+    with tempfile.TemporaryDirectory(prefix="specbench-traces-") as traces:
         for label, path, fmt in models:
-            for rep in range(reps):
-                for n in (1, tokens):
-                    prof = profile_gpu_decode(path, fmt, n, traces)
-                    steps.append({"model": label, "tokens": n, "rep": rep,
-                                  "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
-                                  "unprofiled_wall_ms": prof.wall_ms, "foreign_cores": 0.0})
-                    families += [{"model": label, "tokens": n, "rep": rep, "family": f,
-                                  "self_ms": ms} for f, ms in prof.families_ms.items()]
-                bar.update()
-        models = []
-    for label, path, fmt in models:
-        settings = EngineSettings(model=path, gamma=0, load_format=fmt, profiler_dir=str(traces))
-        with Engine(settings) as engine:
-            prompt = engine.encode_chat(workloads.messages("repeat", 0))
-            engine.generate([prompt], 8, read_counters=False)          # warm every path
-            for rep in range(reps):
-                for n in (1, tokens):
-                    with ForeignCpu() as foreign:
-                        plain = engine.generate([prompt], n, read_counters=False)
-                        prof = profile_cpu_decode(engine, prompt, n)
-                    steps.append({"model": label, "tokens": n, "rep": rep,
-                                  "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
-                                  "unprofiled_wall_ms": 1e3 * plain.wall_s,
-                                  "foreign_cores": foreign.foreign_cores})
-                    families += [{"model": label, "tokens": n, "rep": rep, "family": f,
-                                  "self_ms": ms} for f, ms in prof.families_ms.items()]
-                bar.update()
+            for rep, n, prof, unprofiled_ms, foreign_cores in measure(path, fmt, tokens, reps,
+                                                                      Path(traces)):
+                steps.append({"model": label, "tokens": n, "rep": rep,
+                              "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
+                              "unprofiled_wall_ms": unprofiled_ms,
+                              "foreign_cores": foreign_cores})
+                families += [{"model": label, "tokens": n, "rep": rep, "family": f,
+                              "self_ms": ms} for f, ms in prof.families_ms.items()]
+                if n == tokens:
+                    bar.update()
     bar.close()
     run.write_table("steps.csv", pd.DataFrame(steps))
     run.write_table("families.csv", pd.DataFrame(families))
