@@ -13,6 +13,13 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}")
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+
+
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     from .sweep import DEFAULT_REPS, DEFAULT_WARMUP
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded "
@@ -20,7 +27,22 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gammas", type=_ints, default=(0, 2, 4, 6), help="speculative tokens γ "
                    "(must include 0), default 0,2,4,6")
     p.add_argument("--batches", type=_ints, default=(1, 4), help="batch sizes, default 1,4")
-    p.add_argument("--workloads", default="repeat,open", help="default repeat,open")
+    p.add_argument("--workloads", default="repeat,open",
+                   help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
+                        "translation, summarization, qa, math_reasoning, rag); default repeat,open")
+    p.add_argument("--workload-file", action="append", default=[], metavar="FILE.jsonl",
+                   help="your own prompts in vLLM's custom-dataset format (one JSON object per "
+                        "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
+                        "--workloads as file:FILE.jsonl")
+    p.add_argument("--prompts", type=int, default=4, help="prompts per cell: the first K of a "
+                   "workload that fit the context (4)")
+    p.add_argument("--temperatures", type=_floats, default=(0.0,),
+                   help="sampling temperatures, comma list (default 0: greedy); seeded")
+    p.add_argument("--seed", type=int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
+                   "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", help="Spec-Bench question file "
+                   "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per request (128)")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"warmup calls per cell "
                    f"({DEFAULT_WARMUP})")
@@ -34,10 +56,13 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args):
     from .sweep import SweepConfig
+    names = [w for w in args.workloads.split(",") if w] if args.workloads else []
+    names += [f"file:{f}" for f in args.workload_file]
     return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
-                       workloads=tuple(args.workloads.split(",")), max_tokens=args.max_tokens,
+                       workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
-                       notes=args.notes)
+                       notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench)
 
 
 def main(argv=None) -> int:
