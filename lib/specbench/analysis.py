@@ -151,7 +151,23 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
         raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
     cells["divisor_counters"] = cells["tokens_per_step"]
     cells["d_micro"] = _micro_d(cells, root)
-    return add_predictions(cells, request_predictors(root, cells))
+    return _paper_columns(add_predictions(cells, request_predictors(root, cells)))
+
+
+def _paper_columns(cells: pd.DataFrame) -> pd.DataFrame:
+    """The source paper's own quantities, with its roofline d, beside the headline model."""
+    d = cells["d_roofline"].fillna(0.0)
+    spec = cells["gamma"] > 0
+    cells["pred_speedup"] = model.speedup(cells["alpha"], cells["gamma"], d)
+    cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["divisor_counters"]
+    cells["alpha_timing"] = np.nan
+    cells.loc[spec, "alpha_timing"] = model.alpha_from_timing(
+        cells.loc[spec, "pot_ms"], cells.loc[spec, "t_base_ms"], cells.loc[spec, "gamma"],
+        d[spec])
+    # Per-cycle residual: measured cycle time minus what eq. 1 charges a cycle.
+    cells["cycle_ms"] = cells["pot_ms"] * cells["divisor_counters"]
+    cells["residual_ms"] = cells["cycle_ms"] - cells["t_base_ms"] * (1 + d)
+    return cells
 
 
 def accuracy_table(cells: pd.DataFrame) -> pd.DataFrame:
