@@ -140,10 +140,10 @@ def test_summarize_compares_outputs_and_derives_rates():
     assert cells.loc[4, "first_mismatch"] == 1
     assert cells.loc[2, "alpha"] == 0.75 and cells.loc[2, "mean_acceptance_length"] == 2.5
     # 10 decoded tokens, 6 of them accepted drafts: 4 steps of 2.5 tokens
-    assert cells.loc[2, "tokens_per_step"] == 2.5
+    assert cells.loc[2, "emitted_per_step"] == 2.5
     assert cells.loc[2, "drafting_share"] == 1.0
     # 3 drafting steps accepted all 12 drafts, but max_tokens kept only 10 tokens: still 3 steps
-    assert cells.loc[4, "tokens_per_step"] == pytest.approx(10 / 3)
+    assert cells.loc[4, "emitted_per_step"] == pytest.approx(10 / 3)
     assert cells.loc[2, "speedup"] == pytest.approx(3.0)
     # the γ=0 row is the paired base
     assert cells.loc[0, "pot_ms"] == 10.0 and cells.loc[0, "speedup"] == 1.0
@@ -154,7 +154,7 @@ def test_no_draft_cell_has_alpha_zero_and_one_token_per_step():
     _, cells = sweep.summarize({"b": _record(4, [[1, 2, 3]], 0, 0)})
     cell = cells.set_index("gamma").loc[4]
     assert cell["alpha"] == 0 and cell["draft_tokens"] == 0
-    assert cell["tokens_per_step"] == 1.0 and cell["drafting_share"] == 0.0
+    assert cell["emitted_per_step"] == 1.0 and cell["drafting_share"] == 0.0
 
 
 @pytest.mark.parametrize("decoded, drafts, accepted, gamma, engine_steps, expected", [

@@ -55,7 +55,7 @@ def _normalise(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
     if "decode_steps" not in c:
         # Older runs stored tokens per step; their decoded tokens give the step count back.
         decoded = c["n_reps"] * c["batch"] * (run.manifest["grid"]["max_tokens"] - 1)
-        c["decode_steps"] = decoded / c["tokens_per_step"]
+        c["decode_steps"] = decoded / c["emitted_per_step"]
     c["drafting_share"] = c["drafting_share"].fillna(
         (c["drafts"] / c["decode_steps"]).where(c["gamma"] > 0, 0.0))
     return c
@@ -77,6 +77,8 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
     for run in runs:  # oldest first
         cells = run.table("cells.csv")
         cells = cells[cells["status"] == "ok"].copy()
+        # Runs before the rename store the measured divisor as tokens_per_step.
+        cells = cells.rename(columns={"tokens_per_step": "emitted_per_step"})
         cells.insert(0, "run_id", run.run_id)
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))
@@ -149,7 +151,7 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
         cells = _latest_cells(runs)
     if cells.empty:
         raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
-    cells["divisor_counters"] = cells["tokens_per_step"]
+    cells["divisor_counters"] = cells["emitted_per_step"]
     cells["d_micro"] = _micro_d(cells, root)
     return _paper_columns(add_predictions(cells, request_predictors(root, cells)))
 

@@ -435,7 +435,7 @@ def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFra
            "mean_acceptance_length": 1 + counters["accepted_tokens"] / counters["drafts"]
                                      if counters["drafts"] else 1.0,
            "decode_steps": steps, "steps_exact": exact,
-           "tokens_per_step": decoded / steps if steps else np.nan,
+           "emitted_per_step": decoded / steps if steps else np.nan,
            "drafting_share": counters["drafts"] / steps if steps and gamma else 0.0,
            "counters_in_line": bool(gamma == 0 or counters["draft_tokens"] == 0 or _in_line(calls)),
            "loadavg_1m": float(calls["loadavg_1m"].max()),
@@ -523,7 +523,7 @@ def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.Dat
                      "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
                      "accepted_per_pos": "", "alpha": 0.0, "mean_acceptance_length": 1.0,
                      "decode_steps": int((group[group["rep"] == 0].drop_duplicates("request")["output_tokens"] - 1).sum()),
-                     "steps_exact": True, "tokens_per_step": 1.0, "drafting_share": 0.0,
+                     "steps_exact": True, "emitted_per_step": 1.0, "drafting_share": 0.0,
                      "counters_in_line": True, "foreign_cores": float(group["foreign_cores"].max()),
                      "loaded": bool(group["foreign_cores"].max() > MAX_FOREIGN_CORES),
                      "paired": True, "base_pot_ms": float(per_request.mean()), "speedup": 1.0,
