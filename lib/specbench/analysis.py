@@ -17,10 +17,15 @@ __all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "m
 
 
 def _sku_label(run: Run) -> str:
+    """A short display name: GPU, or CPU generation + threads + dtype. Runs recorded before
+    the CPU family was stored say so, since one marketing name covers several generations."""
     hw = run.manifest["hardware"]
     if hw.get("gpus"):
         return hw["gpus"][0]["name"].replace("NVIDIA ", "")
-    return f"CPU {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+    family = hw.get("cpu_family")
+    generation = {"25": "Zen 3/4", "26": "Zen 5"}.get(str(family), f"family {family}") \
+        if family is not None else "earlier machine"
+    return f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
 
 
 def latest_per_sku(runs: list[Run]) -> list[Run]:
