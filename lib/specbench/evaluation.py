@@ -21,10 +21,12 @@ GOAL_MAPE_PCT = 3.0
 GOAL_TRANSFER_PCT = 1.5
 
 
-def evidence(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells a model is judged on: speculative and greedy."""
+def evidence(cells: pd.DataFrame, sampled: bool = False) -> pd.DataFrame:
+    """The cells a model is judged on: the speculative ones, greedy only unless ``sampled``
+    (pass ``not specbench.acceptance.engine_fails_lossless()``: temperature cells count only
+    once the engine passes the lossless test)."""
     c = cells[cells["gamma"] > 0]
-    return c[c["temperature"] == 0] if "temperature" in c else c
+    return c if sampled or "temperature" not in c else c[c["temperature"] == 0]
 
 
 def _row(group: pd.DataFrame, models) -> dict:

@@ -1,0 +1,77 @@
+"""Acceptance across its range: the tables and numbers of the acceptance chapter.
+
+From :func:`specbench.analysis.sweep_cells` (the latest cell of each kind per SKU) and the
+latest 'lossless' run: a Spec-Bench-style table per category and γ, the α bands the measured
+cells cover, and the lossless verdict at each temperature.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .runs import DEFAULT_ROOT, load_runs
+
+__all__ = ["BANDS", "category_table", "band_table", "lossless_table", "display_workload",
+           "MIN_DRAFTING_SHARE"]
+
+BANDS = ((0.1, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.9))
+#: A cell says something about verification cost only when most of its steps draft.
+MIN_DRAFTING_SHARE = 0.5
+
+
+def display_workload(name: str) -> str:
+    return name.split(":", 1)[1] if name.startswith("specbench:") else name
+
+
+def category_table(cells: pd.DataFrame, sku: str, batch: int = 1) -> pd.DataFrame:
+    """Per workload and γ on one SKU: speedup (paired), mean accepted tokens per drafting
+    step, α, drafting share and tokens per step — the Spec-Bench table's columns."""
+    c = cells[(cells["sku"] == sku) & (cells["batch"] == batch) & (cells["gamma"] > 0)
+              & (cells["temperature"] == 0)]
+    out = c.assign(workload=c["workload"].map(display_workload))[
+        ["workload", "gamma", "speedup", "mean_acceptance_length", "alpha", "drafting_share",
+         "divisor_counters", "n_requests"]]
+    return out.rename(columns={"mean_acceptance_length": "mean accepted tokens",
+                               "alpha": "α (counters)", "drafting_share": "drafting share",
+                               "divisor_counters": "tokens per step", "gamma": "γ",
+                               "n_requests": "prompts", "speedup": "speedup ×"}
+                      ).sort_values(["workload", "γ"]).reset_index(drop=True)
+
+
+def band_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """How many batch-1 greedy cells of one prompt class fall in each α band, and how many of
+    those draft on at least :data:`MIN_DRAFTING_SHARE` of their steps."""
+    c = cells[(cells["batch"] == 1) & (cells["gamma"] > 0) & (cells["temperature"] == 0)]
+    rows = []
+    for lo, hi in BANDS:
+        inside = c[(c["alpha"] > lo) & (c["alpha"] <= hi)]
+        drafting = inside[inside["drafting_share"] >= MIN_DRAFTING_SHARE]
+        rows.append({"α band": f"{lo:.1f}–{hi:.1f}", "cells": len(inside),
+                     f"drafting ≥ {MIN_DRAFTING_SHARE:.0%}": len(drafting),
+                     "workloads": ", ".join(sorted({display_workload(w)
+                                                    for w in inside["workload"]}))})
+    return pd.DataFrame(rows)
+
+
+def lossless_table(root=DEFAULT_ROOT) -> tuple[pd.DataFrame, str | None]:
+    """The latest lossless run's verdict per temperature (and its run id)."""
+    runs = load_runs(root, kind="lossless")
+    if not runs:
+        return pd.DataFrame(), None
+    run = runs[-1]
+    return run.table("verdict.csv"), run.run_id
+
+
+def engine_fails_lossless(root=DEFAULT_ROOT) -> bool:
+    """Whether the latest lossless run rejects equal distributions at some temperature > 0."""
+    verdict, _ = lossless_table(root)
+    if verdict.empty:
+        return False
+    hot = verdict[verdict["temperature"] > 0]
+    return bool(hot["rejects_lossless"].astype(bool).any())
+
+
+def speedup_curves(gammas, alphas=np.linspace(0, 1, 41)) -> pd.DataFrame:
+    """Eq. 1's speedup αγ+1 (d = 0, every step drafting) per γ, for the figure's curves."""
+    return pd.DataFrame([{"gamma": g, "alpha": a, "speedup": a * g + 1}
+                         for g in gammas for a in alphas])
