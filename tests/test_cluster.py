@@ -124,8 +124,10 @@ def test_cli_dry_run_prints_the_plan(tmp_path, capsys):
                      str(ROOT / "cluster" / "profiles.example.toml"), "--partition", "cpu",
                      "-g", "value", "[1, 2]", "--root", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out[:2]] == ["cpu-000", "cpu-001"]
-    assert json.loads(out[1].split(None, 2)[2]) == {"root": str(tmp_path), "value": 2}
+    request = json.loads(out[0].removeprefix("# cpu: "))
+    assert request["slurm_partition"] == "cpu" and request["cpus_per_task"] == 2
+    assert [line.split()[0] for line in out[1:3]] == ["cpu-000", "cpu-001"]
+    assert json.loads(out[2].split(None, 2)[2]) == {"root": str(tmp_path), "value": 2}
 
 
 @pytest.mark.parametrize("argv, message", [

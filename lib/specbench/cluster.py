@@ -519,8 +519,11 @@ def main(args, parser) -> int:
                 args.notebook, load_profile(args.profile), args.partition,
                 fixed={k: _literal(v) for k, v in args.parameter}, grid=grid, root=args.root,
                 folder=args.folder, split_gamma=args.split_gamma, dry_run=args.dry_run)
+            for name, fields in submission["partitions"].items():
+                request = Partition(**{**fields, "setup": tuple(fields["setup"])})
+                print(f"# {name}: {json.dumps(request.executor_parameters())}")
             for task in submission["tasks"]:
-                job = task["attempts"][-1]["job_id"] if task["attempts"] else "(dry run)"
+                job = task["attempts"][-1]["job_id"] if task["attempts"] else "dry-run"
                 print(f"{task['key']:12s} {job:12s} {json.dumps(task['parameters'])}")
             print(folder)
             return 0
