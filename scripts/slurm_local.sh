@@ -55,9 +55,17 @@ install_packages() {
 }
 
 # Start "$@" in its own session, in the foreground (so $! is the daemon), and record its PID.
+# Inherited descriptors above 2 are closed first: a daemon must not keep open what its caller
+# holds (the quiet-machine lock of `flock -s LOCK scripts/slurm_local.sh start`, a pipe).
 launch() {
   local name=$1; shift
-  setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1 &
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec setsid "$@"
+  ) </dev/null >>"$DIR/log/$name.out" 2>&1 &
   echo $! >"$DIR/pids/$name.pid"
 }
 
