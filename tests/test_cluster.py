@@ -1,6 +1,7 @@
 """The cluster path without a cluster: profiles, grids, task planning, the run record, the
 self-test's resume, and the command line's user errors. The real Slurm is in test_slurm.py."""
 import json
+import os
 
 import pytest
 
@@ -149,3 +150,34 @@ def test_status_of_a_folder_without_submission_is_a_user_error(tmp_path, capsys)
         cli.main(["cluster", "status", str(tmp_path)])
     assert exc.value.code == 2
     assert f"{tmp_path}/submission.json: no submission here" in capsys.readouterr().err
+
+
+def test_sacct_states_become_outcomes_with_log_tails(tmp_path, monkeypatch, capsys):
+    """Real `sacct -X -n -P -o JobID,State` output (a stand-in sacct prints it) for every kind
+    of ending; the Slurm tests produce completed, failed and cancelled for real."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\nprintf '%s\\n' '7_0|COMPLETED' '7_1|TIMEOUT' "
+                                   "'7_2|CANCELLED by 0' '7_3|OUT_OF_MEMORY' '7_[4-5%2]|PENDING'\n")
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    folder = tmp_path / "sub"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "logs" / "7_1_0_log.err").write_text(
+        "".join(f"line {i}\n" for i in range(30)) + "slurmstepd: *** DUE TO TIME LIMIT ***\n")
+    tasks = [{"key": f"cpu-{i:03d}", "partition": "cpu", "parameters": {},
+              "attempts": [{"job_id": f"7_{i}"}]} for i in range(5)]
+    tasks.append({"key": "cpu-005", "partition": "cpu", "parameters": {}, "attempts": []})
+    (folder / "submission.json").write_text(json.dumps({"notebook": "selftest", "tasks": tasks}))
+
+    found = cluster.statuses(folder)
+    assert [s.outcome for s in found] == ["completed", "timed out", "cancelled", "failed",
+                                          "pending", "pending"]
+    assert [s.state for s in found][-1] == "NOT SUBMITTED"
+    assert found[1].log_tail.splitlines()[-1] == "slurmstepd: *** DUE TO TIME LIMIT ***"
+    assert len(found[1].log_tail.splitlines()) == cluster.LOG_TAIL_LINES
+    assert found[0].log_tail == ""
+    # Still pending at the bound: exit 3, and collect returned without waiting longer.
+    assert cli.main(["cluster", "collect", str(folder), "--timeout", "0"]) == 3
+    assert "6 tasks: 1 completed, 1 timed out, 1 cancelled, 1 failed, 2 pending" \
+        in capsys.readouterr().out
