@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import model
-from .roofline import ModelShape, Sku, verify_overhead
+from .roofline import roofline_status, shape_from_manifest, sku_from_manifest, verify_overhead
 from .runs import DEFAULT_ROOT, Run, load_runs
 
 __all__ = ["sweep_cells", "predict", "accuracy_table", "headline", "manifest_table"]
@@ -51,10 +51,12 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
 
 
 def _verify_overheads(cells: pd.DataFrame, run: Run) -> pd.Series:
-    shape, sku = run.manifest.get("model_shape"), run.manifest.get("roofline_sku")
-    if not shape or not sku:
+    shape = shape_from_manifest(run.manifest.get("model_shape"))
+    sku = sku_from_manifest(run.manifest.get("roofline_sku"))
+    if shape is None or sku is None:
+        # No roofline (unknown GPU or model shape): d(γ) stays missing, and so does every
+        # prediction that needs it — never a silent d = 0. The 'roofline' column says why.
         return pd.Series(np.nan, index=cells.index)
-    shape, sku = ModelShape(**shape), Sku(**sku)
     context = int(cells["prompt_tokens"].mean() + run.manifest["grid"]["max_tokens"] / 2)
     return pd.Series([verify_overhead(shape, sku, int(g), int(b), context)
                       for g, b in zip(cells["gamma"], cells["batch"])], index=cells.index)
@@ -66,7 +68,9 @@ def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
     base = cells[cells["gamma"] == 0].set_index(["workload", "batch"])["pot_ms"]
     cells["t_base_ms"] = [base.get((w, b), np.nan) for w, b in zip(cells["workload"], cells["batch"])]
     cells["d"] = _verify_overheads(cells, run)
-    d = cells["d"].fillna(0.0)
+    cells["roofline"] = roofline_status(run.manifest.get("model_shape"),
+                                        run.manifest.get("roofline_sku"))
+    d = cells["d"]
     cells["pred_eq1_ms"] = model.per_token_latency(cells["t_base_ms"], cells["alpha"],
                                                    cells["gamma"], d)
     cells["pred_blind_ms"] = model.device_pass_latency(cells["t_base_ms"], cells["gamma"])

@@ -30,6 +30,14 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run store folder (runs)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
 
 
 def config_from_args(args):
@@ -37,7 +45,9 @@ def config_from_args(args):
     return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
                        workloads=tuple(args.workloads.split(",")), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
-                       notes=args.notes)
+                       notes=args.notes, enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,15 @@ class SweepConfig:
     # 1-min load average above which a cell is flagged: more runnable work than cores.
     max_load: float = float(os.cpu_count() or 1)
     notes: str = ""
+    # Engine execution mode (recorded in the manifest): eager is the paper's default; graph
+    # mode (CUDA graphs + torch.compile), async scheduling and 'ngram_gpu' are GPU arms.
+    enforce_eager: bool = True
+    async_scheduling: bool = False
+    speculative_method: str = "ngram"
+
+    def engine_options(self) -> dict:
+        return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
+                "speculative_method": self.speculative_method}
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -71,7 +80,8 @@ class SweepConfig:
                              f"{self.max_tokens}")
         if self.reps < 1 or self.warmup < 0:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
-        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+        EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
+                       **self.engine_options()).validate()
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "SweepConfig":
@@ -81,7 +91,9 @@ class SweepConfig:
                    batches=tuple(grid["batches"]), workloads=tuple(grid["workloads"]),
                    max_tokens=grid["max_tokens"], warmup=grid["warmup"], reps=grid["reps"],
                    dtype=manifest["dtype"], max_load=manifest["load"]["max_load"],
-                   notes=manifest.get("notes", ""))
+                   notes=manifest.get("notes", ""),
+                   **{k: manifest["engine"][k] for k in cls().engine_options()
+                      if k in manifest.get("engine", {})})
 
     def resolved_model(self) -> str:
         if self.model:
@@ -98,8 +110,13 @@ def cell_key(gamma: int, workload: str, batch: int) -> str:
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
+    base = contract("sweep", model, cfg.dtype)
+    # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
+    engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
+    base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
+    base["engine"]["settings"] = {**base["engine"].get("settings", {}), **cfg.engine_options()}
     return {
-        **contract("sweep", model, cfg.dtype),
+        **base,
         "workloads": workloads.describe(),
         "sampling": {w: workloads.sampling(w) for w in cfg.workloads},
         "grid": {"gammas": list(cfg.gammas), "batches": list(cfg.batches),
@@ -170,7 +187,8 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     for gamma in sorted({g for g, _, _ in todo}):
         cells = [(w, b) for g, w, b in todo if g == gamma]
         try:
-            engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype))
+            engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
+                                           **cfg.engine_options()))
         except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
             for w, b in cells:
                 run.write_part(cell_key(gamma, w, b), _failure(gamma, w, b, exc))
@@ -184,7 +202,8 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
                     record = _failure(gamma, w, b, exc)
                 else:
                     record.update(gamma=gamma, workload=w, batch=b,
-                                  engine_startup_s=round(engine.startup_s, 2))
+                                  engine_startup_s=round(engine.startup_s, 2),
+                                  prompt_format=getattr(engine, "prompt_format", ""))
                 run.write_part(cell_key(gamma, w, b), record)
                 bar.update()
     bar.close()
