@@ -70,7 +70,8 @@ def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
     cells["d"] = _verify_overheads(cells, run)
     cells["roofline"] = roofline_status(run.manifest.get("model_shape"),
                                         run.manifest.get("roofline_sku"))
-    d = cells["d"]
+    missing = cells["d"].isna()
+    d = cells["d"].fillna(0.0)   # placeholder only: every d-dependent column is blanked below
     cells["pred_eq1_ms"] = model.per_token_latency(cells["t_base_ms"], cells["alpha"],
                                                    cells["gamma"], d)
     cells["pred_blind_ms"] = model.device_pass_latency(cells["t_base_ms"], cells["gamma"])
@@ -88,6 +89,9 @@ def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
     cycle_ms = cells["pot_ms"] * (cells["alpha"] * cells["gamma"] + 1)
     cells["cycle_ms"] = cycle_ms
     cells["residual_ms"] = cycle_ms - cells["t_base_ms"] * (1 + d)
+    needs_d = ["pred_eq1_ms", "pred_exact_ms", "err_eq1_pct", "pred_speedup", "alpha_timing",
+               "residual_ms"]
+    cells.loc[missing, needs_d] = np.nan
     return cells
 
 
