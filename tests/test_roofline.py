@@ -129,9 +129,13 @@ def test_analysis_leaves_d_missing_without_a_roofline():
     cells = pd.DataFrame({"workload": ["repeat"] * 2, "batch": [1, 1], "gamma": [0, 2],
                           "pot_ms": [10.0, 5.0], "alpha": [0.0, 0.9],
                           "tokens_per_step": [1.0, 2.8], "prompt_tokens": [100, 100]})
-    out = analysis.predict(cells, FakeRun())
+    run = FakeRun()
+    out = analysis.predict(cells, run)
     assert out["d"].isna().all() and out["pred_eq1_ms"].isna().all()
-    assert out["roofline"].iloc[0].startswith("no roofline: no datasheet entry")
+    assert out["pred_blind_ms"].notna().all()          # the rival needs no roofline
+    assert analysis.roofline_of(run).startswith("no roofline: no datasheet entry")
+    run.manifest["hardware"] = {"gpus": [{"name": "NVIDIA GeForce RTX 4090"}]}
+    assert analysis._sku_label(run) == "GeForce RTX 4090 (no roofline)"
 
 
 def dataclasses_asdict(x):

@@ -13,14 +13,23 @@ from . import model
 from .roofline import roofline_status, shape_from_manifest, sku_from_manifest, verify_overhead
 from .runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["sweep_cells", "predict", "accuracy_table", "headline", "manifest_table"]
+__all__ = ["sweep_cells", "predict", "accuracy_table", "headline", "manifest_table",
+           "roofline_of"]
 
 
 def _sku_label(run: Run) -> str:
     hw = run.manifest["hardware"]
     if hw.get("gpus"):
-        return hw["gpus"][0]["name"].replace("NVIDIA ", "")
-    return f"CPU {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+        label = hw["gpus"][0]["name"].replace("NVIDIA ", "")
+    else:
+        label = f"CPU {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+    # A SKU without a roofline says so wherever it appears (its d(γ) and eq. 1 are empty).
+    return label + (" (no roofline)" if roofline_of(run).startswith("no roofline") else "")
+
+
+def roofline_of(run: Run) -> str:
+    """Where a run's d(γ) comes from, or why it has none (the manifest's 'roofline' line)."""
+    return roofline_status(run.manifest.get("model_shape"), run.manifest.get("roofline_sku"))
 
 
 def latest_per_sku(runs: list[Run]) -> list[Run]:
@@ -68,8 +77,6 @@ def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
     base = cells[cells["gamma"] == 0].set_index(["workload", "batch"])["pot_ms"]
     cells["t_base_ms"] = [base.get((w, b), np.nan) for w, b in zip(cells["workload"], cells["batch"])]
     cells["d"] = _verify_overheads(cells, run)
-    cells["roofline"] = roofline_status(run.manifest.get("model_shape"),
-                                        run.manifest.get("roofline_sku"))
     missing = cells["d"].isna()
     d = cells["d"].fillna(0.0)   # placeholder only: every d-dependent column is blanked below
     cells["pred_eq1_ms"] = model.per_token_latency(cells["t_base_ms"], cells["alpha"],
