@@ -182,7 +182,7 @@ def gemm_section(torch, args, sku, budget: Budget) -> tuple[list[dict], list[dic
 
     dtype = torch.bfloat16
     shapes = [TINY_SHAPE] if args.tiny else list(roofline.MODELS.values())
-    rows_out, d_out = [], []
+    rows_out, d_rows = [], []
     for shape in shapes:
         per_rows: dict[int, float] = {}
         per_rows_roof: dict[int, float] = {}
@@ -211,12 +211,12 @@ def gemm_section(torch, args, sku, budget: Budget) -> tuple[list[dict], list[dic
                 continue
             d_full = (roofline.verify_overhead(shape, sku, gamma, batch) if sku
                       else float("nan"))
-            d_out.append({"model": shape.name, "batch": batch, "gamma": gamma, "rows": rows,
+            d_rows.append({"model": shape.name, "batch": batch, "gamma": gamma, "rows": rows,
                           "d_linear_measured": per_rows[rows] / per_rows[batch] - 1,
                           "d_linear_roofline": (per_rows_roof[rows] / per_rows_roof[batch] - 1
                                                 if sku else float("nan")),
                           "d_roofline_full_step": d_full})
-    return rows_out, d_out
+    return rows_out, d_rows
 
 
 def achieved_ceilings(torch, args) -> dict:

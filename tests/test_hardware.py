@@ -109,6 +109,9 @@ def test_probe_uses_pynvml_where_installed(tmp_path, monkeypatch, no_torch_cuda)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert hardware.gpu_names() == ["NVIDIA H200"] and engine.on_gpu()
     assert calls[0] == "init" and calls[-1] == "shutdown"
+    # No nvidia-smi binary: the manifest's GPU list still comes from NVML.
+    assert [g["name"] for g in hardware.hardware_info()["gpus"]] == ["NVIDIA H200"]
+    assert engine.sku_id(hardware.hardware_info(), "bfloat16") == "h200-bfloat16"
 
 
 def test_mig_slice_is_named_and_has_no_roofline(tmp_path, monkeypatch, no_torch_cuda, no_pynvml):

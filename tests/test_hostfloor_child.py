@@ -4,7 +4,6 @@ result in the file it was given. About half a minute; skipped with SPECBENCH_SKI
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from specbench import hostfloor as hf
@@ -168,8 +167,18 @@ def test_the_child_entry_point_exists():
 def test_gpu_host_floor_run_records_the_nsys_method(tmp_path, stand_in_nsys, monkeypatch):
     """The whole GPU measurement loop with a stand-in nvidia-smi and nsys: the run's tables
     come from each profile's own report, and the manifest describes nsys, not torch.profiler."""
+    import types
+
     from specbench import assets
 
+    torch = pytest.importorskip("torch")
+
+    class Boom(types.ModuleType):               # the host-floor path never touches torch.cuda
+        def __getattr__(self, name):
+            raise AssertionError(f"torch.cuda.{name} touched in the host-floor path")
+
+    monkeypatch.setattr(torch, "cuda", Boom("torch.cuda"))
+    monkeypatch.setitem(sys.modules, "torch.cuda", torch.cuda)
     bin_dir = Path(os.environ["PATH"].split(os.pathsep)[0])
     smi = bin_dir / "nvidia-smi"
     smi.write_text('#!/bin/sh\ncase "$1" in\n  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)";;\n'

