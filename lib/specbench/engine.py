@@ -61,9 +61,9 @@ class EngineSettings:
             ("speculative_method 'ngram_gpu'", self.speculative_method == "ngram_gpu"),
             ("async_scheduling=True", self.async_scheduling)) if wanted]
         if gpu_only and not on_gpu():
-            raise ValueError(f"{' and '.join(gpu_only)} need an NVIDIA GPU (vLLM's CPU backend "
-                             "forces async scheduling off and has no GPU n-gram proposer); no "
-                             "GPU found by nvidia-smi")
+            raise ValueError(f"{' and '.join(gpu_only)}: NVIDIA GPU only (vLLM's CPU backend "
+                             "forces async scheduling off and has no GPU n-gram proposer), and "
+                             "neither NVML nor nvidia-smi reports a GPU here")
         looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
         if looks_like_path and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
