@@ -141,7 +141,9 @@ def test_gpu_only_engine_options_fail_clearly_on_cpu(tmp_path, monkeypatch, no_p
 
 
 def test_unreadable_model_shape_is_recorded_not_raised(tmp_path):
-    (tmp_path / "config.json").write_text('{"num_hidden_layers": 2}')
+    (tmp_path / "config.json").write_text(
+        '{"num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, '
+        '"vocab_size": 100}')
     shape = contract.model_shape(str(tmp_path), "bfloat16")
     assert shape["status"] == "unknown" and "hidden_size" in shape["reason"]
     assert contract.model_shape("org/name", "bfloat16") is None        # hub id: no config
