@@ -46,10 +46,10 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 test-fast: setup  ## unit tests only: no engine, no notebooks, no browser
 	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm" tests
 
-gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id
+gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id [CUDA_GRAPHS=1] (untested)
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }
 	ENGINE=vllm scripts/setup.sh
-	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)"
+	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)" $(if $(CUDA_GRAPHS),-p cuda_graphs True)
 
 references: setup  ## re-execute the chapters into tests/nbval (after a chapter or run changes)
 	$(PY) scripts/update_references.py

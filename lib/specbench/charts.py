@@ -114,6 +114,7 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
 def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
     """Figure 3: ideal αγ+1 versus measured speedup; the gap split into d(γ) and host residual."""
     c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
+    c = c[c["d"].notna()]   # a SKU without a roofline has no d(γ) to split the gap by
     ideal = c["alpha"] * c["gamma"] + 1
     device = ideal - ideal / (1 + c["d"].fillna(0.0))
     host = ideal / (1 + c["d"].fillna(0.0)) - c["speedup"]

@@ -55,6 +55,14 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run store folder (runs)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
 
 
 def config_from_args(args):
@@ -65,7 +73,10 @@ def config_from_args(args):
                        workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
                        notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
-                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench)
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
 
 
 def main(argv=None) -> int:
