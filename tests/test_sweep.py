@@ -116,8 +116,8 @@ def test_summarize_compares_outputs_and_derives_rates():
     assert cells.loc[4, "first_mismatch"] == 1
     assert cells.loc[2, "alpha"] == 0.75 and cells.loc[2, "mean_acceptance_length"] == 2.5
     # 10 decoded tokens, 6 of them accepted drafts: 4 steps of 2.5 tokens
-    assert cells.loc[2, "tokens_per_step"] == 2.5
+    assert cells.loc[2, "emitted_per_step"] == 2.5
     # 3 drafting steps accepted all 12 drafts, but max_tokens kept only 10 tokens: still 3 steps
-    assert cells.loc[4, "tokens_per_step"] == pytest.approx(10 / 3)
+    assert cells.loc[4, "emitted_per_step"] == pytest.approx(10 / 3)
     assert cells.loc[2, "speedup"] == pytest.approx(3.0)
     assert not cells["loaded"].any()

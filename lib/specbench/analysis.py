@@ -40,6 +40,8 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
     for run in runs if all_runs else latest_per_sku(runs):
         cells = run.table("cells.csv")
         cells = cells[cells["status"] == "ok"].copy()
+        # Runs before the rename store the measured divisor as tokens_per_step.
+        cells = cells.rename(columns={"tokens_per_step": "emitted_per_step"})
         cells.insert(0, "run_id", run.run_id)
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))
@@ -71,7 +73,7 @@ def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
                                                    cells["gamma"], d)
     cells["pred_blind_ms"] = model.device_pass_latency(cells["t_base_ms"], cells["gamma"])
     # The exact divisor from counters and token counts: tokens emitted per decode step.
-    cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["tokens_per_step"]
+    cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["emitted_per_step"]
     cells["err_eq1_pct"] = model.cell_errors(cells["pred_eq1_ms"], cells["pot_ms"])
     cells["err_blind_pct"] = model.cell_errors(cells["pred_blind_ms"], cells["pot_ms"])
     cells["pred_speedup"] = model.speedup(cells["alpha"], cells["gamma"], d)

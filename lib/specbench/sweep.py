@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from . import workloads
 from .contract import contract
+from .counters import DecodeTally, SpecCounters
 from .engine import Engine, EngineSettings
 from .load import ForeignCpu
 from .runs import Run, create_run, open_run
@@ -221,26 +222,22 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
             continue
         reps = pd.DataFrame(record["reps"])
         rep_rows += [{**key, **r} for r in record["reps"]]
-        drafted = int(reps["draft_tokens"].sum())
-        accepted = int(reps["accepted_tokens"].sum())
-        drafts = int(reps["drafts"].sum())
-        # Decode steps, summed over the batch's requests: a step emits 1 + its accepted
-        # drafts, so steps = decoded − accepted. vLLM counts the drafts accepted in a request's
-        # last step even when max_tokens cuts them off, so that can fall below the number of
-        # steps that drafted; every drafting step is a step, hence the max.
-        decoded = int((reps["output_tokens"] - key["batch"]).sum())
-        steps = max(drafts, decoded - accepted)
+        counters = SpecCounters(int(reps["drafts"].sum()), int(reps["draft_tokens"].sum()),
+                                int(reps["accepted_tokens"].sum()))
+        # Decoded tokens, summed over the batch's requests (prefill emits each request's first).
+        tally = DecodeTally(counters, int((reps["output_tokens"] - key["batch"]).sum()))
+        drafted = counters.draft_tokens
         cell_rows.append({
             **key, "status": "ok", "error": "", "n_reps": len(reps),
             "pot_ms": reps["pot_ms"].median(), "pot_ms_min": reps["pot_ms"].min(),
             "pot_ms_max": reps["pot_ms"].max(), "ttft_ms": reps["ttft_ms"].median(),
             "prompt_tokens": int(np.mean(record["prompt_tokens"])),
-            "drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
-            # With no draft at all (n-gram found no match) a cycle emits exactly one token,
-            # which is α = 0 in eq. 1; draft_tokens = 0 says so in the table.
-            "alpha": accepted / drafted if drafted else 0.0,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-            "tokens_per_step": decoded / steps if steps else np.nan,
+            "drafts": counters.drafts, "draft_tokens": drafted,
+            "accepted_tokens": counters.accepted_tokens,
+            # Definitions and the zero-draft convention (α = 0, length 1) live in counters.py.
+            "alpha": tally.alpha,
+            "mean_acceptance_length": tally.mean_acceptance_length,
+            "emitted_per_step": tally.emitted_per_step,
             # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings
             # that bound them must still advance with every repetition.
             "counters_in_line": bool(key["gamma"] == 0 or drafted == 0 or (
