@@ -50,6 +50,9 @@ def glue_all(numbers: Numbers) -> Numbers:
     for name, value in numbers.values.items():
         glue(name, value, display=False)
     glue("runs", ", ".join(numbers.runs) or "none", display=False)
+    for kind in ("sweep", "hostfloor"):
+        glue(f"{kind}_runs", ", ".join(r for r in numbers.runs if r.startswith(kind + "-"))
+             or "none", display=False)
     return numbers
 
 
@@ -187,9 +190,9 @@ def _thesis(cells: pd.DataFrame, table: pd.DataFrame) -> str:
     elif "host-dominated" in regimes:
         cost = "the step is host-dominated on some SKUs and compute-dominated on others"
     else:
-        cost = ("the step it spreads is mostly compute here, so these runs show a per-step "
-                "cost being amortized but cannot tell host amortization from weight-streaming "
-                "amortization")
+        cost = ("but the step whose cost speculation spreads is mostly compute here, so these "
+                "runs show a per-step cost being amortized without telling host amortization "
+                "from the amortization of weight streaming")
     return f"{saving[0].upper() + saving[1:]}; {cost}."
 
 
@@ -242,9 +245,16 @@ def story(root=DEFAULT_ROOT) -> Numbers:
 
 def _error_word(a: float, b: float) -> str:
     """How a model with mean error ``a`` compares with one with mean error ``b``."""
-    if abs(a - b) < wording.CLOSE_ERRORS_PCT:
-        return "about as well as" if a != b else "exactly as well as"
-    return "better than" if a < b else "worse than"
+    if a == b:
+        return "exactly as well as"
+    close = "slightly " if abs(a - b) < wording.CLOSE_ERRORS_PCT else ""
+    return close + ("better than" if a < b else "worse than")
+
+
+def _range(lo: float, hi: float, fmt: str = ".0f") -> str:
+    """'5.3–7.1', or one number when both ends print the same."""
+    a, b = format(lo, fmt), format(hi, fmt)
+    return a if a == b else f"{a}–{b}"
 
 
 def _direction_phrase(cost: pd.DataFrame) -> str:
@@ -275,8 +285,8 @@ def regimes(root=DEFAULT_ROOT) -> Numbers:
                  f"{w}_alpha_hi": float(spec["alpha"].max()),
                  f"{w}_pot_lo": float(spec["pot_ms"].min()),
                  f"{w}_pot_hi": float(spec["pot_ms"].max()),
-                 f"{w}_drafting_lo_pct": _pct(c["drafting_share"].min()),
-                 f"{w}_drafting_hi_pct": _pct(c["drafting_share"].max())})
+                 f"{w}_drafting_pct": _range(_pct(c["drafting_share"].min()),
+                                             _pct(c["drafting_share"].max()), ".1f")})
     c1 = counts[(counts["workload"] == "open") & (counts["gamma"] > 0) & (counts["batch"] == 1)]
     row = c1.iloc[0]
     n.add(open_b1_drafting_steps=int(row["drafting_steps"] // first["n_reps"].iloc[0]),
@@ -318,10 +328,10 @@ def accuracy(root=DEFAULT_ROOT) -> Numbers:
     oc = counts[(counts["workload"] == "open") & (counts["gamma"] > 0)]
     n.add(repeat_nodraft_steps_max=int((rc["decode_steps"] - rc["drafting_steps"]).max()
                                        // first["n_reps"].iloc[0]),
-          open_drafting_lo_pct=_pct(oc["drafting_share"].min()),
-          open_drafting_hi_pct=_pct(oc["drafting_share"].max()),
-          open_b4_drafting_lo_pct=_pct(oc[oc["batch"] == 4]["drafting_share"].min()),
-          open_b4_drafting_hi_pct=_pct(oc[oc["batch"] == 4]["drafting_share"].max()),
+          open_drafting_pct=_range(_pct(oc["drafting_share"].min()),
+                                   _pct(oc["drafting_share"].max()), ".1f"),
+          open_b4_drafting_pct=_range(_pct(oc[oc["batch"] == 4]["drafting_share"].min()),
+                                      _pct(oc[oc["batch"] == 4]["drafting_share"].max()), ".1f"),
           max_tokens=int(_sweep_run(root, first["run_id"].iloc[0]).manifest["grid"]["max_tokens"]))
     # Per-cycle residual, with αγ+1 and with the exact divisor.
     cost = curves.cycle_costs(first)
@@ -376,7 +386,11 @@ def accuracy(root=DEFAULT_ROOT) -> Numbers:
 def _transfer(cells: pd.DataFrame) -> dict:
     skus = list(dict.fromkeys(cells["sku"]))
     if len(skus) < 2:
-        return {"have_transfer": False}
+        nan = float("nan")
+        return {"have_transfer": False, "cal_sku": cells["sku_label"].iloc[0], "held_sku": "—",
+                "transfer_alpha_gap": nan, "transfer_eq1_mape": nan, "transfer_ratio_mape": nan,
+                "transfer_winner": "—", "transfer_factor": nan,
+                "transfer_meaning": "only one SKU is stored, so there is no held-out test yet"}
     t = transfer.held_out(cells, skus[0], skus[1])
     a = cells[cells["gamma"] > 0].set_index(["sku", "workload", "gamma", "batch"])["alpha"]
     gap = (a.loc[skus[0]] - a.loc[skus[1]]).abs().max()
@@ -456,7 +470,8 @@ def measured(root=DEFAULT_ROOT) -> Numbers:
     cells = _cells(root)
     table = regime_table(root, cells)
     n = Numbers()
-    n.add([r.run_id for r in runs], n_runs=len(runs),
+    sweeps = [r.run_id for r in runs if r.manifest["kind"] == "sweep"]
+    n.add([r.run_id for r in runs], n_runs=len(runs), latest_sweep=sweeps[-1],
           regime_sentence=_regime_sentence(table))
     return n
 
