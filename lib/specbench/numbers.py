@@ -296,8 +296,10 @@ def regimes(root=DEFAULT_ROOT) -> Numbers:
     n.add(emitted_bound=claim((spec["emitted_per_step"] <= spec["gamma"] + 1 + 1e-9).all(),
                               "a step emits at most γ+1 tokens",
                               "a cell's measured tokens per step exceeds γ+1"))
-    mismatched = cells[(cells["gamma"] > 0) & (cells["outputs_equal"] == False)]  # noqa: E712
-    n.add(n_mismatch=len(mismatched), n_compared=int((cells["gamma"] > 0).sum()))
+    spec_all = cells[cells["gamma"] > 0]
+    per_sku = [f"{int((g['outputs_equal'] == False).sum())} of {len(g)} on {label}"  # noqa: E712
+               for label, g in spec_all.groupby("sku_label", sort=False)]
+    n.add(mismatch_sentence="; ".join(per_sku))
     return n
 
 
