@@ -77,7 +77,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", title="counter α", format=".2f")])
     return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="Speedup tracks acceptance, not γ (dashed: γ+1)")
+        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(orient="bottom")
 
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
@@ -99,7 +99,8 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", format=".2f")])
     return alt.layer(line, pts, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="One equation, both regimes: points measured, curves eq. 1 with counter α")
+        title="One equation, both regimes: points measured, curves eq. 1 with counter α"
+    ).configure_legend(orient="bottom")
 
 
 def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
@@ -114,7 +115,7 @@ def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
         tooltip=["sku_label", "batch", "gamma", "part", alt.Tooltip("value", format=".3f")])
     return bars.properties(width=150, height=220).facet(
         column=alt.Column("batch:N", title="batch"), row=alt.Row("sku_label:N", title=None)
-    ).properties(title=f"'{workload}': where the ideal αγ+1 goes")
+    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(orient="bottom")
 
 
 def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
@@ -144,7 +145,8 @@ def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
         tooltip=["workload", "sku_label", "batch", "gamma", "source",
                  alt.Tooltip("value", format=".3f")]
     ).properties(width=WIDTH, height=220).facet(column=alt.Column("batch:N", title="batch")
-    ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not")
+    ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not"
+    ).configure_legend(orient="bottom")
 
 
 def fig6_parity(cells: pd.DataFrame) -> alt.Chart:

@@ -240,6 +240,13 @@ def story(root=DEFAULT_ROOT) -> Numbers:
           b4_roofline_cost_hi=float(rep4["roofline_cost"].max()),
           b4_cost_word=wording.size_word(float(rep4["measured_cost"].min() - 1)),
           b4_roofline_direction=_direction_phrase(rep4))
+    floor = host_floor(root)
+    if "host_ratio" in floor.values:
+        n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
+              floor_models=f"from {floor['small_label']} to {floor['large_label']}")
+    else:
+        n.add(host_ratio=float("nan"), host_invariance="not measured",
+              floor_models="between model sizes")
     return n
 
 
@@ -277,7 +284,11 @@ def regimes(root=DEFAULT_ROOT) -> Numbers:
           open_penalty=_penalty(run, "open"), repeat_penalty=_penalty(run, "repeat"),
           n_sweeps=len(load_runs(root, kind="sweep")), n_shown=len(_run_ids(cells)))
     b1 = first[first["batch"] == 1]
-    n.add(t_base_b1=float(b1[b1["gamma"] == 0]["pot_ms"].median()))
+    spec1 = b1[b1["gamma"] > 0]
+    n.add(t_base_b1=float(b1[b1["gamma"] == 0]["pot_ms"].median()),
+          b1_max_err_pct=float(spec1["err_eq1_pct"].abs().max()),
+          b4_max_err_pct=float(first[(first["batch"] == 4) & (first["gamma"] > 0)]
+                               ["err_eq1_pct"].abs().max()))
     for w in ("repeat", "open"):
         spec = first[(first["workload"] == w) & (first["gamma"] > 0)]
         c = counts[(counts["workload"] == w) & (counts["gamma"] > 0)]
