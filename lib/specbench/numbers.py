@@ -229,9 +229,9 @@ def story(root=DEFAULT_ROOT) -> Numbers:
                  f"b{b}_blind_vs_eq1": _error_word(row["blind_abs_pct"], row["eq1_abs_pct"]),
                  f"b{b}_d0_vs_best": _error_word(row["eq1_d0_abs_pct"],
                                                  min(row["eq1_abs_pct"], row["blind_abs_pct"]))})
-    d1 = float(b1["d"].max())
+    d1 = float(curves.roofline_d(b1).max())
     n.add(b1_d_max_pct=_pct(d1), b1_d_word=wording.size_word(d1),
-          b4_d_max_pct=_pct(b4["d"].max()))
+          b4_d_max_pct=_pct(curves.roofline_d(b4).max()))
     cost = curves.cycle_costs(first)
     rep4 = cost[(cost["workload"] == "repeat") & (cost["batch"] == 4)].sort_values("gamma")
     n.add(b4_repeat_cost_lo=float(rep4["measured_cost"].min()),
@@ -349,11 +349,12 @@ def accuracy(root=DEFAULT_ROOT) -> Numbers:
     # Per-cycle residual, with αγ+1 and with the exact divisor.
     cost = curves.cycle_costs(first)
     r1 = cost[(cost["workload"] == "repeat") & (cost["batch"] == 1)]
-    n.add(residual_mean_ms=float(r1["residual_ms"].mean()),
-          residual_min_ms=float(r1["residual_ms"].min()),
-          residual_max_ms=float(r1["residual_ms"].max()),
+    n.add(residual_mean_ms=float(r1["residual_alpha_ms"].mean()),
+          residual_min_ms=float(r1["residual_alpha_ms"].min()),
+          residual_max_ms=float(r1["residual_alpha_ms"].max()),
           residual_exact_mean_ms=float(r1["residual_exact_ms"].mean()),
-          residual_exact_drop_pct=_pct(1 - r1["residual_exact_ms"].mean() / r1["residual_ms"].mean()))
+          residual_exact_drop_pct=_pct(1 - r1["residual_exact_ms"].mean()
+                                       / r1["residual_alpha_ms"].mean()))
     floor = _latest_floor(root, first["sku"].iloc[0])
     if floor is not None:
         per_step, _, _ = _floor_split(floor)
@@ -373,7 +374,7 @@ def accuracy(root=DEFAULT_ROOT) -> Numbers:
           b4_roofline_costs=" / ".join(f"{v:.2f}" for v in r4["roofline_cost"]),
           b4_cost_word=wording.size_word(float(r4["measured_cost"].min() - 1)),
           b4_roofline_direction=_direction_phrase(r4),
-          b1_d_word=wording.size_word(float(spec[spec["batch"] == 1]["d"].max())))
+          b1_d_word=wording.size_word(float(curves.roofline_d(spec[spec["batch"] == 1]).max())))
     # The ablation: eq. 1 with d = 0.
     abl = curves.mape_by(curves.error_ablation(first), by=["batch"]).set_index("batch")
     for b, row in abl.iterrows():
@@ -389,11 +390,25 @@ def accuracy(root=DEFAULT_ROOT) -> Numbers:
     n.add(stack_identity=claim(np.allclose(total, ideal),
                                "each bar stacks to the ideal speedup αγ+1 given the counter α"))
     t = spec.dropna(subset=["alpha_timing"])
-    back = t["t_base_ms"] * (1 + t["d"].fillna(0.0)) / (t["alpha_timing"] * t["gamma"] + 1)
+    back = t["t_base_ms"] * (1 + curves.roofline_d(t)) / (t["alpha_timing"] * t["gamma"] + 1)
     n.add(timing_identity=claim(np.allclose(back, t["pot_ms"]),
                                 "it reproduces the latency by construction"))
-    n.add(**_transfer(cells))
+    n.add(**_transfer(cells), transfer_pair=_pair_sentence(root, cells))
     return n
+
+
+def _pair_sentence(root, cells: pd.DataFrame) -> str:
+    """What separates the first two SKUs, from their manifests."""
+    ids = list(dict.fromkeys(cells["run_id"]))[:2]
+    if len(ids) < 2:
+        return "Only one SKU is stored"
+    a, b = (_sweep_run(root, i).manifest for i in ids)
+    cpu = lambda m: (m["hardware"].get("gpus") or [{}])[0].get("name") or m["hardware"].get("cpu_model")  # noqa: E731
+    if cpu(a) == cpu(b) and a["hardware"].get("threads") == b["hardware"].get("threads"):
+        return (f"The two SKUs compared are the same hardware ({cpu(a)}, "
+                f"{a['hardware'].get('threads')} thread(s)) in two dtypes, "
+                f"{a.get('dtype')} and {b.get('dtype')}")
+    return f"The two SKUs compared are different hardware: {cpu(a)} and {cpu(b)}"
 
 
 def _transfer(cells: pd.DataFrame) -> dict:
@@ -405,16 +420,15 @@ def _transfer(cells: pd.DataFrame) -> dict:
                 "transfer_winner": "—", "transfer_factor": nan,
                 "transfer_meaning": "only one SKU is stored, so there is no held-out test yet"}
     t = transfer.held_out(cells, skus[0], skus[1])
-    a = cells[cells["gamma"] > 0].set_index(["sku", "workload", "gamma", "batch"])["alpha"]
-    gap = (a.loc[skus[0]] - a.loc[skus[1]]).abs().max()
-    eq1 = float(t["eq1_err_pct"].abs().mean())
+    gap = (t["alpha_transferred"] - t["alpha_own"]).abs().max()
+    eq1 = float(t["model_err_pct"].abs().mean())
     ratio = float(t["ratio_err_pct"].abs().mean())
     label = dict(zip(cells["sku"], cells["sku_label"]))
     same = gap < 0.01
     return {"have_transfer": True, "cal_sku": label[skus[0]], "held_sku": label[skus[1]],
             "transfer_alpha_gap": float(gap), "transfer_eq1_mape": eq1,
             "transfer_ratio_mape": ratio,
-            "transfer_winner": "ratio transfer" if ratio < eq1 else "eq. 1",
+            "transfer_winner": "ratio transfer" if ratio < eq1 else "model",
             "transfer_factor": max(eq1, ratio) / min(eq1, ratio),
             "transfer_meaning": (
                 "the counter α is the same in both runs, so the test does not exercise the "
@@ -525,7 +539,7 @@ def published_table(root=DEFAULT_ROOT) -> pd.DataFrame:
         used = _run_ids(group)
         if sku != calibration:   # held out: α from the first SKU
             held = transfer.held_out(cells, calibration, sku)
-            values["transfer_mape"] = held["eq1_err_pct"].abs().mean()
+            values["transfer_mape"] = held["model_err_pct"].abs().mean()
             used = _run_ids(cells[cells["sku"] == calibration]) + used
         floor = _latest_floor(root, sku)
         if floor is not None:
