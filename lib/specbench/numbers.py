@@ -39,6 +39,14 @@ class Numbers:
         self.values.update(values)
         self.runs += [r for r in runs if r not in self.runs]
 
+    def merge(self, other: "Numbers") -> "Numbers":
+        """This chapter's numbers with another function's (keys must not collide)."""
+        clash = set(self.values) & set(other.values)
+        if clash:
+            raise ValueError(f"number names defined twice: {sorted(clash)}")
+        self.add(runs=other.runs, **other.values)
+        return self
+
     @property
     def run_list(self) -> str:
         return ", ".join(f"`{r}`" for r in self.runs) if self.runs else "none"
