@@ -26,3 +26,13 @@ PUBLISHED = [
     ("transfer_mape", "held-out cross-SKU MAPE", 1.8, "%", "A, H100 → H200"),
     ("break_even_alpha", "break-even α at c=0.05, k=4, v=0", 0.17, "", "B, formula"),
 ]
+
+# Source C: the Spec-Bench leaderboard's prompt-lookup-decoding (PLD) row, as quoted in the
+# README of the Spec-Bench prompt set (../shared/data/spec_bench/README.md): Vicuna-7B on an
+# A100, greedy, batch 1. Speedup per category, and mean accepted tokens over all of them.
+SPEC_BENCH_PLD = {
+    "model": "Vicuna-7B", "hardware": "A100", "source": "C, Spec-Bench leaderboard (PLD)",
+    "speedup": {"multi-turn": 1.60, "translation": 1.06, "summarization": 2.66, "qa": 1.19,
+                "math_reasoning": 1.62, "rag": 1.86},
+    "overall_speedup": 1.66, "mean_accepted_tokens": 1.75,
+}
