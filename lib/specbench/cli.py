@@ -1,5 +1,6 @@
 """Command line: ``specbench sweep`` measures a run, ``specbench overhead`` benchmarks the
-harness, ``specbench runs`` lists what is stored. ``specbench <command> --help`` for details."""
+harness, ``specbench runs`` lists what is stored, ``specbench plan`` recommends γ.
+``specbench <command> --help`` for details."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,10 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
+        from .plan import main as plan_main
+        return plan_main(argv[1:])
     parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
@@ -52,6 +57,8 @@ def main(argv=None) -> int:
     over.add_argument("--model")
     over.add_argument("--pairs", type=int, default=8, help="alternating pairs (8)")
     over.add_argument("--root", default="runs")
+    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
+                   "(specbench plan --help)", add_help=False)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", default="runs")
     args = parser.parse_args(argv)
