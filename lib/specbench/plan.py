@@ -206,10 +206,10 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     cells = _ok_cells(run)
     if batch is not None and batch not in set(cells["batch"]):
         raise PlanInputError("--batch", f"batch {batch} was not measured in {run.run_id} "
-                          f"(batches: {sorted(set(cells['batch']))})")
+                             f"(batches: {sorted(set(cells['batch']))})")
     if workload is not None and workload not in set(cells["workload"]):
-        raise PlanInputError("--workload", f"workload {workload!r} was not measured in {run.run_id} "
-                          f"(workloads: {sorted(set(cells['workload']))})")
+        raise PlanInputError("--workload", f"workload {workload!r} was not measured in "
+                             f"{run.run_id} (workloads: {sorted(set(cells['workload']))})")
     rows = []
     for (w, b), group in cells.groupby(["workload", "batch"], sort=True):
         if (batch is not None and b != batch) or (workload is not None and w != workload):
