@@ -39,7 +39,7 @@ from .runs import DEFAULT_ROOT, Run, load_runs
 
 __all__ = [
     "recommend", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "plan_from_runs",
-    "format_plan", "per_position_acceptance", "break_even_table", "priced",
+    "format_plan", "per_position_acceptance", "break_even_table", "priced", "priced_decisions",
     "kv_bytes_per_token", "hypothetical_draft_kv", "rep_intervals", "negative_cells",
     "chapter_numbers", "main",
 ]
@@ -404,6 +404,24 @@ def priced(price_per_replica_hour: float, itl_slo_ms: float, demand_tokens_per_s
     return pd.DataFrame(rows)
 
 
+def priced_decisions(price: pd.DataFrame) -> pd.DataFrame:
+    """Per SKU × workload × batch of :func:`priced`: the γ=0 cost, the cheapest γ and its cost
+    (NaN where no γ meets the SLO), and the saving against γ=0 where both qualify."""
+    rows = []
+    for (sku, w, b), g in price.groupby(["sku", "workload", "batch"], sort=False):
+        base = g[g["gamma"] == 0].iloc[0]
+        ok = g[g["meets_slo"]]
+        best = ok.loc[ok["usd_per_million"].idxmin()] if len(ok) else None
+        rows.append({"sku": sku, "workload": w, "batch": int(b),
+                     "γ=0 replicas": base["replicas"], "γ=0 USD/M": base["usd_per_million"],
+                     "cheapest γ": int(best["gamma"]) if best is not None else None,
+                     "replicas": best["replicas"] if best is not None else np.nan,
+                     "USD/M": best["usd_per_million"] if best is not None else np.nan,
+                     "saving %": (100 * (1 - best["usd_per_million"] / base["usd_per_million"])
+                                  if best is not None and base["meets_slo"] else np.nan)})
+    return pd.DataFrame(rows)
+
+
 def kv_bytes_per_token(shape: ModelShape) -> float:
     """Keys and values of every layer for one token: 2 · layers · kv_heads · head_dim · bytes."""
     return 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.act_bytes
@@ -485,49 +503,160 @@ def negative_cells(root=DEFAULT_ROOT, all_runs: bool = True) -> pd.DataFrame:
 
 # -- the planning chapter ------------------------------------------------------------------
 
+def _quoted(names) -> str:
+    names = [f"'{n}'" for n in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _cases(frame: pd.DataFrame, gamma: bool = False) -> str:
+    return "; ".join(f"{r.sku} '{r.workload}' batch {r.batch}"
+                     + (f" γ={r.gamma}" if gamma else "") for r in frame.itertuples())
+
+
+def _recommendation_phrases(recs: pd.DataFrame) -> dict:
+    """Wording chosen from the data: which workloads the tool turns off/on everywhere."""
+    by_w = recs.groupby("workload")["recommended"]
+    off = sorted(w for w, g in by_w if (g == 0).all())
+    on = sorted(w for w, g in by_w if (g > 0).all())
+    mixed = sorted(set(recs["workload"]) - set(off) - set(on))
+    parts = []
+    if off:
+        parts.append(f"turns speculation off for {_quoted(off)} on every SKU and batch")
+    if on:
+        parts.append(f"turns it on for {_quoted(on)} on every SKU and batch")
+    if mixed:
+        parts.append(f"switches it by SKU or batch for {_quoted(mixed)}")
+    agree = recs["recommended"] == recs["measured_best"]
+    miss = recs[~agree]
+    return {
+        "rec_phrase": "The tool " + ", and ".join(parts),
+        "agree_phrase": ("picks the fastest measured γ in every case" if agree.all() else
+                         f"picks the fastest measured γ in {int(agree.sum())} of {len(recs)} "
+                         f"cases; it misses on {_cases(miss)}"),
+        "miss_batches": sorted(set(int(b) for b in miss["batch"])),
+    }
+
+
+def _negative_phrase(neg: pd.DataFrame, paid_at_zero: pd.DataFrame) -> str:
+    if neg.empty:
+        return "Every speculative cell paid, beyond the spread of its repetitions."
+    text = (f"Of these, {int((neg['verdict'] == 'did not pay').sum())} did not pay (the whole "
+            f"interval below 1) and {int((neg['verdict'] == 'within noise').sum())} are within "
+            "noise (the interval contains 1).")
+    if len(paid_at_zero):
+        text += (f" {len(paid_at_zero)} cell(s) with zero acceptance show a speedup whose whole "
+                 f"interval lies above 1 ({_cases(paid_at_zero)}): speculation cannot have "
+                 "saved a step there, so that gap is drift between the engines of the two "
+                 "arms, larger than the spread of the repetitions within each.")
+    return text
+
+
+def _priced_phrase(decisions: pd.DataFrame) -> str:
+    cheaper = decisions[(decisions["saving %"] > 0)]
+    rescued = decisions[decisions["γ=0 USD/M"].isna() & decisions["cheapest γ"].notna()
+                        & (decisions["cheapest γ"].fillna(0) > 0)]
+    none = decisions[decisions["cheapest γ"].isna()]
+    base_best = decisions[decisions["cheapest γ"] == 0]
+    parts = [f"speculation lowers the cost below a qualifying γ=0 in {len(cheaper)} of "
+             f"{len(decisions)} SKU × workload × batch cases"]
+    if len(rescued):
+        parts.append(f"in {len(rescued)} more γ=0 misses the SLO and only speculation meets "
+                     f"it ({_cases(rescued)})")
+    if len(base_best):
+        parts.append(f"γ=0 is cheapest in {len(base_best)}")
+    if len(none):
+        parts.append(f"no γ meets the SLO in {len(none)} ({_cases(none)})")
+    return "At these assumptions " + "; ".join(parts) + "."
+
+
 def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
                     itl_slo_ms: float = 40.0, demand_tokens_per_s: float = 500.0) -> dict:
-    """The planning chapter's named numbers, tables and the run ids they came from."""
+    """The planning chapter's named numbers, computed wording and tables, with the run ids.
+
+    The price, SLO and demand are the chapter's stated assumptions, not measurements.
+    """
     runs = _latest_sweeps(root)
     first = runs[0]
     plans = pd.concat([plan_from_runs(r.sku, root) for r in runs], ignore_index=True)
-    recs = plans.drop_duplicates(["sku", "workload", "batch"])
+    recs = plans.drop_duplicates(["sku", "workload", "batch"]).copy()
+    at_rec = plans[plans["gamma"] == plans["recommended"]]
+    on = at_rec[at_rec["gamma"] > 0]
+    spec = plans[plans["gamma"] > 0]
     be = break_even_table(root)
     neg = negative_cells(root)
     price = priced(price_per_replica_hour, itl_slo_ms, demand_tokens_per_s, root)
+    decisions = priced_decisions(price)
     kv = hypothetical_draft_kv(first)
-    spec = plans[plans["gamma"] > 0]
-    agree = (recs["recommended"] == recs["measured_best"])
+    all_sweeps = load_runs(root, kind="sweep")
+    zero = []
+    for run in all_sweeps:
+        iv = rep_intervals(run)
+        for _, c in _ok_cells(run).query("gamma > 0 and alpha == 0").iterrows():
+            key, base = (c["workload"], int(c["gamma"]), int(c["batch"])), \
+                (c["workload"], 0, int(c["batch"]))
+            if iv.loc[base, "pot_ms_min"] / iv.loc[key, "pot_ms_max"] > 1:
+                zero.append({"sku": run.sku, "workload": c["workload"],
+                             "batch": int(c["batch"]), "run_id": run.run_id})
+    paid_at_zero = pd.DataFrame(zero, columns=["sku", "workload", "batch", "run_id"])
+    consistent = (be["side"] == "above") == (be["measured_speedup"] > 1)
+    mid = be[(be["alpha_per_position"] > 0) & (be["alpha_per_position"] < 1)]
     numbers = {
-        "run_ids": [r.run_id for r in runs],
+        "run_ids": ", ".join(r.run_id for r in runs),
+        "all_run_ids": ", ".join(r.run_id for r in all_sweeps),
+        "n_runs_all": len(all_sweeps),
         "first_sku": first.sku,
         "n_plans": int(len(recs)),
-        "n_agree": int(agree.sum()),
+        "n_agree": int((recs["recommended"] == recs["measured_best"]).sum()),
         "n_exact_divisor": int((spec["divisor_source"] == "counters").sum()),
         "n_spec_rows": int(len(spec)),
-        "off_workloads": sorted(set(recs[recs["recommended"] == 0]["workload"])),
-        "max_abs_margin_off": float(spec[spec["workload"].isin(
-            recs[recs["recommended"] == 0]["workload"])]["marginal_speedup"].abs().max())
-            if (recs["recommended"] == 0).any() else float("nan"),
-        "v_min": float(be["v"].min()), "v_max": float(be["v"].max()),
-        "be_min": float(be["break_even_alpha"].min()),
-        "be_max": float(be["break_even_alpha"].max()),
+        "rec_gap_max_pct": float((100 * (on["pred_speedup"] / on["measured_speedup"] - 1))
+                                 .abs().max()) if len(on) else float("nan"),
+        "margin_off_max": float(spec[spec["recommended"] == 0]["marginal_speedup"].max()),
         "n_above": int((be["side"] == "above").sum()),
         "n_below": int((be["side"] == "below").sum()),
         "n_be_rows": int(len(be)),
+        "n_consistent": int(consistent.sum()),
+        "inconsistent_phrase": ("" if consistent.all() else
+                                " The exceptions: " + _cases(be[~consistent], gamma=True) + "."),
         "n_negative": int(len(neg)),
         "n_did_not_pay": int((neg["verdict"] == "did not pay").sum()),
         "n_within_noise": int((neg["verdict"] == "within noise").sum()),
-        "n_spec_cells_all_runs": int(sum(
-            (_ok_cells(r)["gamma"] > 0).sum() for r in load_runs(root, kind="sweep"))),
-        "price_per_replica_hour": price_per_replica_hour, "itl_slo_ms": itl_slo_ms,
-        "demand_tokens_per_s": demand_tokens_per_s,
-        "kv_tokens_without": kv["tokens_without_draft"], "kv_tokens_with": kv["tokens_with_draft"],
-        "kv_loss_pct": kv["capacity_loss_pct"], "kv_draft_layers": kv["draft_layers"],
-        "kv_target_bytes_per_token": kv["target_kv_bytes_per_token"],
+        "n_spec_cells_all_runs": int(sum((_ok_cells(r)["gamma"] > 0).sum() for r in all_sweeps)),
+        "negative_phrase": _negative_phrase(neg, paid_at_zero),
+        "price_per_replica_hour": float(price_per_replica_hour), "itl_slo_ms": float(itl_slo_ms),
+        "demand_tokens_per_s": float(demand_tokens_per_s),
+        "priced_phrase": _priced_phrase(decisions),
+        "kv_sku": kv["sku"], "kv_pool_gib": kv["pool_bytes"] / 2**30,
+        "kv_tokens_without": int(kv["tokens_without_draft"]),
+        "kv_tokens_with": int(kv["tokens_with_draft"]),
+        "kv_loss_pct": float(kv["capacity_loss_pct"]), "kv_draft_layers": int(kv["draft_layers"]),
+        "kv_target_layers": int(first.manifest["model_shape"]["layers"]),
+        "kv_target_bytes_per_token": int(kv["target_kv_bytes_per_token"]),
+        "kv_draft_weight_mib": kv["draft_weight_bytes"] / 2**20,
     }
-    numbers["tables"] = {"plans": plans.drop(columns=["sources"]), "break_even": be,
-                         "negative": neg, "priced": price, "kv": kv}
+    numbers.update(_recommendation_phrases(recs))
+    numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
+    for b, g in spec.groupby("batch"):
+        on_rows = g[g["recommended"] > 0]
+        numbers.update({f"d_b{b}_min": float(g["d"].min()), f"d_b{b}_max": float(g["d"].max()),
+                        f"margin_b{b}_on_min": float(on_rows["marginal_speedup"].min()),
+                        f"margin_b{b}_on_max": float(on_rows["marginal_speedup"].max())})
+    for b, g in be.groupby("batch"):
+        numbers.update({f"v_b{b}_min": float(g["v"].min()), f"v_b{b}_max": float(g["v"].max()),
+                        f"be_b{b}_min": float(g["break_even_alpha"].min()),
+                        f"be_b{b}_max": float(g["break_even_alpha"].max())})
+    if len(mid):
+        ex = mid.iloc[0]
+        same = mid[(mid["sku"] == ex["sku"]) & (mid["batch"] == ex["batch"])
+                   & (mid["workload"] == ex["workload"])]
+        numbers.update(mid_case=f"{ex['sku']} '{ex['workload']}' batch {ex['batch']}",
+                       mid_r_min=float(same["aggregate_r"].min()),
+                       mid_r_max=float(same["aggregate_r"].max()),
+                       mid_alpha_pp_min=float(same["alpha_per_position"].min()),
+                       mid_alpha_pp_max=float(same["alpha_per_position"].max()))
+    numbers["tables"] = {"plans": plans.drop(columns=["sources"]), "recommendations": recs,
+                         "break_even": be, "negative": neg, "priced": price,
+                         "decisions": decisions, "kv": kv, "paid_at_zero": paid_at_zero}
     return numbers
 
 
