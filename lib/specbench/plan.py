@@ -40,6 +40,7 @@ from .runs import DEFAULT_ROOT, Run, load_runs
 __all__ = [
     "recommend", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "plan_from_runs",
     "format_plan", "per_position_acceptance", "break_even_table", "priced", "priced_decisions",
+    "recommendation_summary",
     "kv_bytes_per_token", "hypothetical_draft_kv", "rep_intervals", "negative_cells",
     "chapter_numbers", "main",
 ]
@@ -569,6 +570,51 @@ def _priced_phrase(decisions: pd.DataFrame) -> str:
     return "At these assumptions " + "; ".join(parts) + "."
 
 
+def recommendation_summary(plans: pd.DataFrame) -> pd.DataFrame:
+    """One row per SKU × workload × batch: the recommended γ with predicted and measured
+    speedup side by side, and the fastest measured γ."""
+    rows = []
+    for (sku, w, b), g in plans.groupby(["sku", "workload", "batch"], sort=False):
+        g = g.set_index("gamma")
+        rec, best = int(g["recommended"].iloc[0]), int(g["measured_best"].iloc[0])
+        rows.append({"sku": sku, "workload": w, "batch": b, "recommended γ": rec,
+                     "predicted ×": g.loc[rec, "pred_speedup"],
+                     "measured × at it": g.loc[rec, "measured_speedup"],
+                     "fastest measured γ": best,
+                     "measured × there": g.loc[best, "measured_speedup"],
+                     "+1 token Δ× at it": g.loc[rec, "marginal_speedup"]})
+    return pd.DataFrame(rows).set_index(["sku", "workload", "batch"])
+
+
+def _aggregate_phrase(be: pd.DataFrame) -> str:
+    # A workload with partial acceptance shows the aggregate fraction drifting with γ while
+    # the per-position α does not; with none in the store, say so.
+    mid = be[(be["alpha_per_position"] > 0) & (be["alpha_per_position"] < 1)]
+    if mid.empty:
+        return ("No measured workload has a per-position α strictly between 0 and 1, so the "
+                "two acceptance measures coincide on these runs.")
+    first = mid.iloc[0]
+    same = mid[(mid["sku"] == first["sku"]) & (mid["batch"] == first["batch"])
+               & (mid["workload"] == first["workload"])].sort_values("gamma")
+    r = ", ".join(f"{x:.3f}" for x in same["aggregate_r"])
+    a = ", ".join(f"{x:.3f}" for x in same["alpha_per_position"])
+    g = ", ".join(str(x) for x in same["gamma"])
+    return (f"On {first['sku']} '{first['workload']}' at batch {first['batch']} (γ = {g}) the "
+            f"aggregate accepted/proposed fraction is {r}, while the per-position α is {a}: "
+            "the aggregate counts every proposed position, including those after a rejection "
+            "that could never be accepted, so it is not the formula's α.")
+
+
+def _serving_phrase(root) -> str:
+    serving = load_runs(root, kind="serving")
+    if not serving:
+        return ("No serving run is in the store, so the throughput is the sweep's decode "
+                "throughput of one engine at a fixed batch, not a served request rate.")
+    return (f"{len(serving)} serving run(s) are in the store "
+            f"({', '.join(r.run_id for r in serving)}); this chapter prices the sweep's decode "
+            "throughput, which the serving runs do not replace.")
+
+
 def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
                     itl_slo_ms: float = 40.0, demand_tokens_per_s: float = 500.0) -> dict:
     """The planning chapter's named numbers, computed wording and tables, with the run ids.
@@ -599,7 +645,6 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
                              "batch": int(c["batch"]), "run_id": run.run_id})
     paid_at_zero = pd.DataFrame(zero, columns=["sku", "workload", "batch", "run_id"])
     consistent = (be["side"] == "above") == (be["measured_speedup"] > 1)
-    mid = be[(be["alpha_per_position"] > 0) & (be["alpha_per_position"] < 1)]
     numbers = {
         "run_ids": ", ".join(r.run_id for r in runs),
         "all_run_ids": ", ".join(r.run_id for r in all_sweeps),
@@ -645,16 +690,9 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
         numbers.update({f"v_b{b}_min": float(g["v"].min()), f"v_b{b}_max": float(g["v"].max()),
                         f"be_b{b}_min": float(g["break_even_alpha"].min()),
                         f"be_b{b}_max": float(g["break_even_alpha"].max())})
-    if len(mid):
-        ex = mid.iloc[0]
-        same = mid[(mid["sku"] == ex["sku"]) & (mid["batch"] == ex["batch"])
-                   & (mid["workload"] == ex["workload"])]
-        numbers.update(mid_case=f"{ex['sku']} '{ex['workload']}' batch {ex['batch']}",
-                       mid_r_min=float(same["aggregate_r"].min()),
-                       mid_r_max=float(same["aggregate_r"].max()),
-                       mid_alpha_pp_min=float(same["alpha_per_position"].min()),
-                       mid_alpha_pp_max=float(same["alpha_per_position"].max()))
-    numbers["tables"] = {"plans": plans.drop(columns=["sources"]), "recommendations": recs,
+    numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
+    numbers["tables"] = {"plans": plans.drop(columns=["sources"]),
+                         "recommendations": recommendation_summary(plans),
                          "break_even": be, "negative": neg, "priced": price,
                          "decisions": decisions, "kv": kv, "paid_at_zero": paid_at_zero}
     return numbers
