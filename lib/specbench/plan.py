@@ -496,9 +496,10 @@ def negative_cells(root=DEFAULT_ROOT, all_runs: bool = True) -> pd.DataFrame:
                          "alpha": float(c["alpha"]), "speedup": float(c["speedup"]),
                          "low": float(low), "high": float(high),
                          "reps": int(iv.loc[key, "reps"]),
+                         "taken under load": bool(c.get("loaded", False)),
                          "verdict": "did not pay" if high < 1 else "within noise"})
     columns = ["run_id", "sku", "workload", "batch", "gamma", "alpha", "speedup", "low", "high",
-               "reps", "verdict"]
+               "reps", "taken under load", "verdict"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -544,9 +545,16 @@ def _negative_phrase(neg: pd.DataFrame, paid_at_zero: pd.DataFrame) -> str:
     text = (f"Of these, {int((neg['verdict'] == 'did not pay').sum())} did not pay (the whole "
             f"interval below 1) and {int((neg['verdict'] == 'within noise').sum())} are within "
             "noise (the interval contains 1).")
+    loaded = int(neg["taken under load"].sum())
+    if loaded:
+        text += (f" {loaded} of the {len(neg)} were taken while other processes loaded the "
+                 "CPU (flagged by their run), so their timing is suspect.")
     if len(paid_at_zero):
-        text += (f" {len(paid_at_zero)} cell(s) with zero acceptance show a speedup whose whole "
-                 f"interval lies above 1 ({_cases(paid_at_zero)}): speculation cannot have "
+        one = len(paid_at_zero) == 1
+        text += (f" {len(paid_at_zero)} {'cell' if one else 'cells'} with zero acceptance "
+                 f"{'shows' if one else 'show'} a speedup whose whole interval lies above 1 "
+                 f"({_cases(paid_at_zero, gamma=True)}, run {paid_at_zero['run_id'].iloc[0]}"
+                 f"{'' if one else ' …'}): speculation cannot have "
                  "saved a step there, so that gap is drift between the engines of the two "
                  "arms, larger than the spread of the repetitions within each.")
     return text
@@ -642,8 +650,9 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
                 (c["workload"], 0, int(c["batch"]))
             if iv.loc[base, "pot_ms_min"] / iv.loc[key, "pot_ms_max"] > 1:
                 zero.append({"sku": run.sku, "workload": c["workload"],
-                             "batch": int(c["batch"]), "run_id": run.run_id})
-    paid_at_zero = pd.DataFrame(zero, columns=["sku", "workload", "batch", "run_id"])
+                             "batch": int(c["batch"]), "gamma": int(c["gamma"]),
+                             "run_id": run.run_id})
+    paid_at_zero = pd.DataFrame(zero, columns=["sku", "workload", "batch", "gamma", "run_id"])
     consistent = (be["side"] == "above") == (be["measured_speedup"] > 1)
     numbers = {
         "run_ids": ", ".join(r.run_id for r in runs),
