@@ -284,3 +284,25 @@ def test_chapter_numbers_name_their_runs():
     assert numbers["run_ids"] and all(isinstance(r, str) for r in numbers["run_ids"])
     assert numbers["n_did_not_pay"] + numbers["n_within_noise"] == numbers["n_negative"]
     assert 0 < numbers["kv_loss_pct"] < 100
+
+
+@pytest.mark.data
+def test_workload_names_are_generic(tmp_path):
+    """New runs name Spec-Bench categories 'specbench:<category>': nothing special-cases names."""
+    import shutil
+    run = load_runs(kind="sweep")[-1]
+    copy = tmp_path / run.sku / run.run_id
+    shutil.copytree(run.path, copy, ignore=shutil.ignore_patterns("*.ipynb", "parts"))
+    for name in ("cells.csv", "reps.csv"):
+        path = copy / name
+        path.chmod(0o644)
+        table = pd.read_csv(path)
+        table["workload"] = table["workload"].replace({"repeat": "specbench:coding",
+                                                       "open": "specbench:writing"})
+        table.to_csv(path, index=False)
+    frame = plan.plan_from_runs(run.sku, root=tmp_path)
+    assert set(frame["workload"]) == {"specbench:coding", "specbench:writing"}
+    r = cli("--sku", run.sku, "--root", str(tmp_path), "--workload", "specbench:coding")
+    assert r.returncode == 0 and "'specbench:coding', batch 1" in r.stdout
+    be = plan.break_even_table(tmp_path)
+    assert set(be["workload"]) == {"specbench:coding", "specbench:writing"}

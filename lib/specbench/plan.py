@@ -659,6 +659,8 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
         "all_run_ids": ", ".join(r.run_id for r in all_sweeps),
         "n_runs_all": len(all_sweeps),
         "first_sku": first.sku,
+        "draft_methods": ", ".join(sorted({r.manifest["engine"].get("speculative_method", "?")
+                                           for r in runs})),
         "n_plans": int(len(recs)),
         "n_agree": int((recs["recommended"] == recs["measured_best"]).sum()),
         "n_exact_divisor": int((spec["divisor_source"] == "counters").sum()),
