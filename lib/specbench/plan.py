@@ -295,6 +295,9 @@ def per_position_acceptance(reps: pd.DataFrame) -> pd.DataFrame:
       tokens with P(L) = α^L(1−α) for L < γ and α^γ for L = γ, so α̂ = A / (A + N − a_{γ−1})
       with A = Σ a_i (every counted quantity; no timing);
     * ``aggregate_r`` = accepted / proposed, the telemetry fraction that is *not* that α.
+
+    The fit assumes every draft proposed γ tokens (vLLM counts γ draft tokens per draft); a
+    draft cut short near the end of the text counts as rejected at its missing positions.
     """
     spec = reps[reps["gamma"] > 0]
     rows = []
