@@ -423,7 +423,10 @@ def priced_decisions(price: pd.DataFrame) -> pd.DataFrame:
                      "USD/M": best["usd_per_million"] if best is not None else np.nan,
                      "saving %": (100 * (1 - best["usd_per_million"] / base["usd_per_million"])
                                   if best is not None and base["meets_slo"] else np.nan)})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for column in ("γ=0 replicas", "cheapest γ", "replicas"):
+        out[column] = out[column].astype("Int64")   # whole numbers; <NA> where none qualifies
+    return out
 
 
 def kv_bytes_per_token(shape: ModelShape) -> float:
