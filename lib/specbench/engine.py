@@ -23,6 +23,9 @@ from .counters import SpecCounters, from_vllm_metrics
 
 __all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version"]
 
+# vLLM observes this histogram once per engine step: its count is the number of steps.
+ITERATIONS = "vllm:iteration_tokens_total"
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -79,6 +82,7 @@ class Generation:
     texts: list[str]
     counters: SpecCounters | None = None  # delta over this call; None when γ = 0
     counters_after: SpecCounters | None = None  # the cumulative reading that closed it
+    iterations: int | None = None       # engine steps taken by this call (vLLM's histogram)
 
     @property
     def pot_s(self) -> list[float]:
@@ -115,9 +119,21 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_field(name: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":")[0].strip() == name:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def hardware_info() -> dict:
     """What the manifest records about the machine (GPU name and driver where there is one)."""
-    info = {"cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+    info = {"cpu_model": _cpu_model(), "cpu_family": _cpu_field("cpu family"),
+            "cpu_model_number": _cpu_field("model"), "cpu_stepping": _cpu_field("stepping"),
+            "cpu_count": os.cpu_count(),
             "cpu_affinity": len(os.sched_getaffinity(0)), "machine": platform.machine(),
             "os": platform.platform(),
             "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
@@ -145,6 +161,10 @@ def sku_id(hardware: dict, dtype: str, threads: int | None = None) -> str:
     for noise in ("(r)", "(tm)", "processor", "core"):
         cpu = cpu.replace(noise, " ")
     cpu = "-".join(w for w in cpu.replace("-", " ").split() if w)
+    # Generations that share a marketing name ("AMD EPYC") differ in family/model: name them.
+    # (Runs recorded before these fields existed keep their shorter id.)
+    if hardware.get("cpu_family") is not None:
+        cpu += f"-f{hardware['cpu_family']}m{hardware.get('cpu_model_number')}"
     return f"cpu-{cpu}-{threads or 1}t-{dtype}"
 
 
@@ -180,30 +200,45 @@ class Engine:
             import gc
             gc.collect()
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        """Token ids of a chat whose last assistant message the model continues."""
-        ids = self.tokenizer.apply_chat_template(messages, continue_final_message=True,
-                                                 tokenize=True)
+    def encode_chat(self, messages: list[dict], continue_final: bool = True) -> list[int]:
+        """Token ids of a chat: the last assistant message continued (``continue_final``), or
+        the chat template's generation prompt added after the last user message."""
+        ids = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=True,
+            **({"continue_final_message": True} if continue_final
+               else {"add_generation_prompt": True}))
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def counters(self) -> SpecCounters | None:
         return from_vllm_metrics(self.llm.get_metrics()) if self.settings.gamma > 0 else None
 
-    def generate(self, prompts: list[list[int]], max_tokens: int, sampling: dict | None = None,
+    def _read(self) -> tuple[SpecCounters | None, int | None]:
+        """Spec-decode counters and the number of engine steps so far, from one snapshot."""
+        metrics = self.llm.get_metrics()
+        steps = next((m.count for m in metrics if m.name == ITERATIONS), None)
+        spec = from_vllm_metrics(metrics) if self.settings.gamma > 0 else None
+        return spec, steps
+
+    def generate(self, prompts: list[list[int]], max_tokens: int | list[int],
+                 sampling: dict | list[dict] | None = None,
                  read_counters: bool = True) -> Generation:
         """One batched call of exactly ``max_tokens`` new tokens per prompt (greedy unless
-        ``sampling`` says otherwise), with the counter delta read around it."""
+        ``sampling`` says otherwise; one value, or one per prompt), with the counter delta and
+        the number of engine steps read around it."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(**{"temperature": 0.0, **(sampling or {})},
-                                max_tokens=max_tokens, ignore_eos=True)
+        n = len(prompts)
+        samplings = sampling if isinstance(sampling, list) else [sampling or {}] * n
+        lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * n
+        params = [SamplingParams(**{"temperature": 0.0, **s}, max_tokens=m, ignore_eos=True)
+                  for s, m in zip(samplings, lengths)]
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        before = self.counters() if read_counters else None
+        before, steps_before = self._read() if read_counters else (None, None)
         start = time.perf_counter()
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         wall = time.perf_counter() - start
-        after = self.counters() if read_counters else None
+        after, steps_after = self._read() if read_counters else (None, None)
         stats = [o.metrics for o in outputs]
         return Generation(
             wall_s=wall,
@@ -213,7 +248,9 @@ class Engine:
             token_ids=[list(o.outputs[0].token_ids) for o in outputs],
             texts=[o.outputs[0].text for o in outputs],
             counters=(after - before) if (before is not None and after is not None) else None,
-            counters_after=after)
+            counters_after=after,
+            iterations=(steps_after - steps_before
+                        if steps_before is not None and steps_after is not None else None))
 
     def describe(self) -> dict:
         return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2)}

@@ -40,9 +40,8 @@ from .runs import DEFAULT_ROOT, Run, load_runs
 __all__ = [
     "recommend", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "plan_from_runs",
     "format_plan", "per_position_acceptance", "break_even_table", "priced", "priced_decisions",
-    "recommendation_summary",
-    "kv_bytes_per_token", "hypothetical_draft_kv", "rep_intervals", "negative_cells",
-    "chapter_numbers", "main",
+    "recommendation_summary", "counter_rows", "kv_bytes_per_token", "hypothetical_draft_kv",
+    "rep_intervals", "negative_cells", "chapter_numbers", "main",
 ]
 
 # Two predicted latencies closer than this (relative) are a tie: eq. 1 with a compute-bound
@@ -185,13 +184,23 @@ def _sku_runs(root, sku: str) -> Run:
     if not runs:
         known = sorted({r.sku for r in load_runs(root, kind="sweep")})
         raise PlanInputError("--sku", f"no complete sweep run of SKU {sku!r} under {root}/ "
-                          f"(SKUs with a sweep: {', '.join(known) or 'none'})")
+                             f"(SKUs with a sweep: {', '.join(known) or 'none'})")
     return runs[-1]
 
 
 def _ok_cells(run: Run) -> pd.DataFrame:
+    """The run's measured greedy cells, with the counter divisor as ``tokens_per_step``.
+
+    Runs since the paired design name the divisor ``emitted_per_step`` and may add a
+    temperature axis; planning is for greedy decoding (temperature 0), as the older runs are.
+    """
     cells = run.table("cells.csv")
-    return cells[cells["status"] == "ok"].copy()
+    cells = cells[cells["status"] == "ok"].copy()
+    if "tokens_per_step" not in cells and "emitted_per_step" in cells:
+        cells["tokens_per_step"] = cells["emitted_per_step"]
+    if "temperature" in cells:
+        cells = cells[cells["temperature"].fillna(0.0) == 0]
+    return cells
 
 
 def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
@@ -317,7 +326,33 @@ def per_position_acceptance(reps: pd.DataFrame) -> pd.DataFrame:
                      "alpha_per_position": alpha_pp,
                      "aggregate_r": (group["accepted_tokens"].sum() / proposed
                                      if proposed else np.nan)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["workload", "gamma", "batch", "drafts", "accepted_at_pos",
+                                       "alpha_first", "alpha_per_position", "aggregate_r"])
+
+
+def counter_rows(run: Run) -> pd.DataFrame:
+    """The speculative arm's counter deltas per timed call or repetition, with per-position
+    acceptance: from reps.csv where it has ``accepted_per_pos`` (runs before the paired
+    design), else from the calls stored in the run's parts. Greedy cells only."""
+    reps = run.table("reps.csv")
+    if "accepted_per_pos" in reps:
+        return reps
+    rows = []
+    for record in run.parts().values():
+        if record.get("status") != "ok" or record.get("temperature", 0.0):
+            continue
+        for call in record.get("calls", []):
+            counters = call.get("counters") or {}
+            if call.get("arm") != "spec" or not counters:
+                continue
+            rows.append({"workload": record["workload"], "gamma": record["gamma"],
+                         "batch": record["batch"],
+                         **{k: counters.get(k, 0) for k in ("drafts", "draft_tokens",
+                                                            "accepted_tokens")},
+                         "accepted_per_pos": counters.get("accepted_per_pos", "")})
+    columns = ["workload", "gamma", "batch", "drafts", "draft_tokens", "accepted_tokens",
+               "accepted_per_pos"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _break_even(gamma: int, v: float) -> float:
@@ -339,7 +374,7 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
     rows = []
     for run in _latest_sweeps(root):
         cells = _ok_cells(run)
-        pp = per_position_acceptance(run.table("reps.csv")).set_index(
+        pp = per_position_acceptance(counter_rows(run)).set_index(
             ["workload", "gamma", "batch"])
         for (w, b), _ in cells.groupby(["workload", "batch"]):
             inputs = model_inputs(cells, run, int(b), w)
@@ -390,7 +425,7 @@ def priced(price_per_replica_hour: float, itl_slo_ms: float, demand_tokens_per_s
     for run in _latest_sweeps(root):
         intervals = rep_intervals(run)
         for _, c in _ok_cells(run).iterrows():
-            key = (c["workload"], int(c["gamma"]), int(c["batch"]))
+            key = (c["workload"], int(c["gamma"]), int(c["batch"]), "spec")
             slowest = float(intervals.loc[key, "pot_ms_max"]) if key in intervals.index \
                 else float(c["pot_ms"])
             tokens_per_s = int(c["batch"]) * 1000.0 / float(c["pot_ms"])
@@ -468,10 +503,29 @@ def hypothetical_draft_kv(run: Run, draft_layer_fraction: float = 0.25) -> dict:
 # -- negative cells ------------------------------------------------------------------------
 
 def rep_intervals(run: Run) -> pd.DataFrame:
-    """Per cell: the range of the per-repetition medians (min, max), from reps.csv."""
+    """Per greedy cell and arm: the range of the per-repetition latencies (min, max), from
+    reps.csv. Paired runs time a γ=0 ``base`` arm beside every cell's ``spec`` arm; older runs
+    have only the spec arm (their γ=0 cells are the baseline)."""
     reps = run.table("reps.csv")
-    return reps.groupby(["workload", "gamma", "batch"])["pot_ms"].agg(
+    if "arm" not in reps:
+        reps = reps.assign(arm="spec")
+    if "temperature" in reps:
+        reps = reps[reps["temperature"].fillna(0.0) == 0]
+    return reps.groupby(["workload", "gamma", "batch", "arm"])["pot_ms"].agg(
         pot_ms_min="min", pot_ms_max="max", reps="count")
+
+
+def _speedup_interval(iv: pd.DataFrame, workload: str, gamma: int, batch: int):
+    """(low, high, reps) of a speculative cell's speedup from the repetitions' extremes, against
+    its paired base arm where measured, else the γ=0 cell; None without repetitions."""
+    spec = (workload, gamma, batch, "spec")
+    base = (workload, gamma, batch, "base")
+    if base not in iv.index:
+        base = (workload, 0, batch, "spec")
+    if spec not in iv.index or base not in iv.index:
+        return None
+    return (iv.loc[base, "pot_ms_min"] / iv.loc[spec, "pot_ms_max"],
+            iv.loc[base, "pot_ms_max"] / iv.loc[spec, "pot_ms_min"], int(iv.loc[spec, "reps"]))
 
 
 def negative_cells(root=DEFAULT_ROOT, all_runs: bool = True) -> pd.DataFrame:
@@ -489,19 +543,15 @@ def negative_cells(root=DEFAULT_ROOT, all_runs: bool = True) -> pd.DataFrame:
     for run in runs:
         cells, iv = _ok_cells(run), rep_intervals(run)
         for _, c in cells[cells["gamma"] > 0].iterrows():
-            key, base_key = (c["workload"], int(c["gamma"]), int(c["batch"])), \
-                (c["workload"], 0, int(c["batch"]))
-            if key not in iv.index or base_key not in iv.index:
+            interval = _speedup_interval(iv, c["workload"], int(c["gamma"]), int(c["batch"]))
+            if interval is None or interval[0] > 1:
                 continue
-            low = iv.loc[base_key, "pot_ms_min"] / iv.loc[key, "pot_ms_max"]
-            high = iv.loc[base_key, "pot_ms_max"] / iv.loc[key, "pot_ms_min"]
-            if low > 1:
-                continue
+            low, high, reps = interval
             rows.append({"run_id": run.run_id, "sku": run.sku, "workload": c["workload"],
                          "batch": int(c["batch"]), "gamma": int(c["gamma"]),
                          "alpha": float(c["alpha"]), "speedup": float(c["speedup"]),
                          "low": float(low), "high": float(high),
-                         "reps": int(iv.loc[key, "reps"]),
+                         "reps": reps,
                          "taken under load": bool(c.get("loaded", False)),
                          "verdict": "did not pay" if high < 1 else "within noise"})
     columns = ["run_id", "sku", "workload", "batch", "gamma", "alpha", "speedup", "low", "high",
@@ -545,12 +595,65 @@ def _recommendation_phrases(recs: pd.DataFrame) -> dict:
     }
 
 
+def _range(values, fmt: str) -> str:
+    lo, hi = float(np.min(values)), float(np.max(values))
+    return format(lo, fmt) if math.isclose(lo, hi, abs_tol=5e-4) else \
+        f"{format(lo, fmt)} to {format(hi, fmt)}"
+
+
+def _margin_phrase(spec: pd.DataFrame) -> str:
+    """Per batch: the marginal value of one more token where the tool turns speculation on,
+    and where it keeps it off."""
+    parts = []
+    for b, g in spec.groupby("batch"):
+        on, off = g[g["recommended"] > 0], g[g["recommended"] == 0]
+        bits = []
+        if len(on):
+            bits.append(f"{_range(on['marginal_speedup'], '+.3f')}× where the tool turns "
+                        "speculation on")
+        if len(off):
+            bits.append(f"{_range(off['marginal_speedup'], '+.3f')}× where it keeps it off")
+        parts.append(f"at batch {b} it is " + " and ".join(bits))
+    return "; ".join(parts)
+
+
+def _miss_phrase(plans: pd.DataFrame) -> str:
+    """Where the tool turns speculation on but at another γ than the fastest measured one:
+    the model's prediction and d(γ) at the fastest measured γ, with wording chosen by sign."""
+    rows = []
+    for _, g in plans.groupby(["sku", "workload", "batch"], sort=False):
+        rec, best = int(g["recommended"].iloc[0]), int(g["measured_best"].iloc[0])
+        if rec > 0 and best > 0 and rec != best:
+            rows.append(g[g["gamma"] == best].iloc[0])
+    if not rows:
+        return ("Wherever the tool turns speculation on, it picks the fastest measured γ.")
+    miss = pd.DataFrame(rows)
+    under = (miss["pred_speedup"] < miss["measured_speedup"]).all()
+    text = (f"Where it turns speculation on at another γ than the fastest measured one "
+            f"({_cases(miss)}), it predicts {_range(miss['pred_speedup'], '.2f')}× at that "
+            f"fastest γ against a measured {_range(miss['measured_speedup'], '.2f')}×, with the "
+            f"model's d(γ) there at {_range(miss['d'], '.2f')}")
+    if under:
+        text += (": the model prices verification above what the measurement shows, so that "
+                 "miss is the model's d(γ), not the data's.")
+    else:
+        text += "."
+    return text
+
+
+def _v_phrase(be: pd.DataFrame) -> str:
+    return "; ".join(f"at batch {b}, v is {_range(g['v'], '.3f')} and the break-even "
+                     f"per-position α {_range(g['break_even_alpha'], '.2f')}"
+                     for b, g in be.groupby("batch"))
+
+
 def _negative_phrase(neg: pd.DataFrame, paid_at_zero: pd.DataFrame) -> str:
     if neg.empty:
         return "Every speculative cell paid, beyond the spread of its repetitions."
+    within = int((neg["verdict"] == "within noise").sum())
     text = (f"Of these, {int((neg['verdict'] == 'did not pay').sum())} did not pay (the whole "
-            f"interval below 1) and {int((neg['verdict'] == 'within noise').sum())} are within "
-            "noise (the interval contains 1).")
+            f"interval below 1) and {within} {'is' if within == 1 else 'are'} within noise "
+            "(the interval contains 1).")
     loaded = int(neg["taken under load"].sum())
     if loaded:
         text += (f" {loaded} of the {len(neg)} were taken while other processes loaded the "
@@ -646,15 +749,16 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     neg = negative_cells(root)
     price = priced(price_per_replica_hour, itl_slo_ms, demand_tokens_per_s, root)
     decisions = priced_decisions(price)
-    kv = hypothetical_draft_kv(first)
+    # The KV pool is a CPU engine setting; a GPU run's manifest records none.
+    kv = hypothetical_draft_kv(next((r for r in runs if "cpu_kvcache_gib" in
+                                     r.manifest["engine"]["settings"]), first))
     all_sweeps = load_runs(root, kind="sweep")
     zero = []
     for run in all_sweeps:
         iv = rep_intervals(run)
         for _, c in _ok_cells(run).query("gamma > 0 and alpha == 0").iterrows():
-            key, base = (c["workload"], int(c["gamma"]), int(c["batch"])), \
-                (c["workload"], 0, int(c["batch"]))
-            if iv.loc[base, "pot_ms_min"] / iv.loc[key, "pot_ms_max"] > 1:
+            interval = _speedup_interval(iv, c["workload"], int(c["gamma"]), int(c["batch"]))
+            if interval is not None and interval[0] > 1:
                 zero.append({"sku": run.sku, "workload": c["workload"],
                              "batch": int(c["batch"]), "gamma": int(c["gamma"]),
                              "run_id": run.run_id})
@@ -673,7 +777,9 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
         "n_spec_rows": int(len(spec)),
         "rec_gap_max_pct": float((100 * (on["pred_speedup"] / on["measured_speedup"] - 1))
                                  .abs().max()) if len(on) else float("nan"),
-        "margin_off_max": float(spec[spec["recommended"] == 0]["marginal_speedup"].max()),
+        "margin_phrase": _margin_phrase(spec),
+        "miss_phrase": _miss_phrase(plans),
+        "v_phrase": _v_phrase(be),
         "n_above": int((be["side"] == "above").sum()),
         "n_below": int((be["side"] == "below").sum()),
         "n_be_rows": int(len(be)),
@@ -698,15 +804,6 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     }
     numbers.update(_recommendation_phrases(recs))
     numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
-    for b, g in spec.groupby("batch"):
-        on_rows = g[g["recommended"] > 0]
-        numbers.update({f"d_b{b}_min": float(g["d"].min()), f"d_b{b}_max": float(g["d"].max()),
-                        f"margin_b{b}_on_min": float(on_rows["marginal_speedup"].min()),
-                        f"margin_b{b}_on_max": float(on_rows["marginal_speedup"].max())})
-    for b, g in be.groupby("batch"):
-        numbers.update({f"v_b{b}_min": float(g["v"].min()), f"v_b{b}_max": float(g["v"].max()),
-                        f"be_b{b}_min": float(g["break_even_alpha"].min()),
-                        f"be_b{b}_max": float(g["break_even_alpha"].max())})
     numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
     numbers["tables"] = {"plans": plans.drop(columns=["sources"]),
                          "recommendations": recommendation_summary(plans),
