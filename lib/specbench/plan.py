@@ -220,9 +220,12 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     if workload is not None and workload not in set(cells["workload"]):
         raise PlanInputError("--workload", f"workload {workload!r} was not measured in "
                              f"{run.run_id} (workloads: {sorted(set(cells['workload']))})")
-    rows = []
+    rows, skipped = [], []
     for (w, b), group in cells.groupby(["workload", "batch"], sort=True):
         if (batch is not None and b != batch) or (workload is not None and w != workload):
+            continue
+        if not (group["gamma"] == 0).any():   # no baseline measured: nothing to plan against
+            skipped.append(f"'{w}' batch {int(b)}")
             continue
         inputs = model_inputs(cells, run, int(b), w)
         measured = dict(zip(group["gamma"].astype(int), group["speedup"]))
@@ -253,7 +256,12 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
         for r in part:
             r.update(recommended=best, measured_best=measured_best, sources=inputs.sources)
         rows += part
-    return pd.DataFrame(rows)
+    if not rows:
+        raise PlanInputError("--sku", f"{run.run_id} has no γ=0 cell to plan against "
+                             f"({', '.join(skipped)})")
+    frame = pd.DataFrame(rows)
+    frame.attrs["skipped"] = skipped
+    return frame
 
 
 def format_plan(frame: pd.DataFrame) -> str:
@@ -266,6 +274,8 @@ def format_plan(frame: pd.DataFrame) -> str:
              f"divisor: {src['divisor']} where the counters give it (marked 'counters'), "
              "else αγ+1; the marginal column uses αγ+1 with the counter α at γ and d(γ+1) "
              "from the model"]
+    if frame.attrs.get("skipped"):
+        lines.append(f"skipped, no γ=0 cell measured: {', '.join(frame.attrs['skipped'])}")
     for (w, b), g in frame.groupby(["workload", "batch"], sort=False):
         rec, meas = int(g["recommended"].iloc[0]), int(g["measured_best"].iloc[0])
         row = g[g["gamma"] == rec].iloc[0]
@@ -376,7 +386,9 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
         cells = _ok_cells(run)
         pp = per_position_acceptance(counter_rows(run)).set_index(
             ["workload", "gamma", "batch"])
-        for (w, b), _ in cells.groupby(["workload", "batch"]):
+        for (w, b), group in cells.groupby(["workload", "batch"]):
+            if not (group["gamma"] == 0).any():
+                continue
             inputs = model_inputs(cells, run, int(b), w)
             for gamma in sorted(inputs.alpha_by_gamma):
                 v = (inputs.d_by_gamma[gamma] + inputs.h_ms / inputs.t_base_ms) / gamma
