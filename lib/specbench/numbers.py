@@ -543,7 +543,7 @@ def published_table(root=DEFAULT_ROOT) -> pd.DataFrame:
                   "mape_eq1_repeat": rep["err_eq1_pct"].abs().mean(),
                   "mape_eq1_open": spec[spec["workload"] == "open"]["err_eq1_pct"].abs().mean(),
                   "residual_mean_ms": rep[rep["batch"] == 1]["residual_ms"].mean(),
-                  "break_even_alpha": economics.break_even_alpha(4, 0.05, 0.0)}
+                  **economics.worksheet_values()}
         used = _run_ids(group)
         if sku != calibration:   # held out: α from the first SKU
             held = transfer.held_out(cells, calibration, sku)
