@@ -271,12 +271,12 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     base = None
     try:
         if cfg.paired and any(g > 0 for g, *_ in todo):
-            base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype,
+            base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, seed=cfg.seed,
                                                **cfg.engine_options()))
         for gamma in sorted({g for g, *_ in todo}):
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
-                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
+                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
                                                **cfg.engine_options()))
             except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
                 for w, b, t in cells:
