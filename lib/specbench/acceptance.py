@@ -78,10 +78,10 @@ def speedup_curves(gammas, alphas=np.linspace(0, 1, 41)) -> pd.DataFrame:
 
 
 def primary_sku(cells: pd.DataFrame) -> str:
-    """The SKU the prose quotes: the one with the most greedy speculative workloads measured
+    """The SKU the prose quotes: the one with the most greedy speculative cells measured
     (ties: the later in the store)."""
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
-    counts = spec.groupby("sku", sort=False)["workload"].nunique()
+    counts = spec.groupby("sku", sort=False).size()
     return counts[counts == counts.max()].index[-1]
 
 
@@ -110,7 +110,7 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
               bench_speedup_hi=float(bb1["speedup"].max()),
               best_category=display_workload(bb1.loc[bb1["speedup"].idxmax(), "workload"]),
               worst_category=display_workload(bb1.loc[bb1["speedup"].idxmin(), "workload"]))
-    bands = band_table(cells[cells["sku"] == sku])
+    bands = band_table(cells)
     n.add(bands_covered=int((bands["cells"] > 0).sum()), bands_total=len(bands),
           interior_drafting=int(((b1["alpha"] > 0.1) & (b1["alpha"] < 0.9)
                                  & (b1["drafting_share"] >= MIN_DRAFTING_SHARE)).sum()))
