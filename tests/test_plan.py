@@ -313,3 +313,16 @@ def test_workload_names_are_generic(tmp_path):
     assert r.returncode == 0 and f"'{first}', batch" in r.stdout
     be = plan.break_even_table(tmp_path)
     assert set(be["workload"]) == set(names.values())
+
+
+def test_next_token_divisor_by_hand():
+    # D(4) = 2.0 measured, half the steps drafted, per-position α = 0.5:
+    # one more position adds 0.5 · 0.5^5 = 0.015625 tokens per step.
+    inputs = plan.ModelInputs(t_base_ms=10.0, alpha_by_gamma={4: 0.4}, d_by_gamma={4: 0, 5: 0},
+                              h_ms=0.0, divisor_by_gamma={4: 2.0}, share_by_gamma={4: 0.5},
+                              alpha_pp_by_gamma={4: 0.5})
+    assert plan.next_token_divisor(inputs, 4) == (pytest.approx(2.015625), "counters")
+    # Without the counters' share and per-position α: the paper's α(γ+1)+1 = 0.4·5 + 1.
+    bare = plan.ModelInputs(t_base_ms=10.0, alpha_by_gamma={4: 0.4}, d_by_gamma={4: 0, 5: 0},
+                            h_ms=0.0, divisor_by_gamma={4: 2.0})
+    assert plan.next_token_divisor(bare, 4) == (pytest.approx(3.0), "αγ+1")
