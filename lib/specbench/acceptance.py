@@ -167,3 +167,20 @@ def spec_bench_reference_table(cells: pd.DataFrame) -> pd.DataFrame:
     table.attrs["sku"] = sku
     table.attrs["runs"] = list(dict.fromkeys(c["run_id"]))
     return table
+
+
+def temperature_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The sampled (temperature > 0) speculative cells beside their greedy twins: α and speedup.
+    Kept out of the model's evidence while the engine fails the lossless test."""
+    hot = cells[(cells["temperature"] > 0) & (cells["gamma"] > 0)]
+    rows = []
+    for _, r in hot.iterrows():
+        twin = cells[(cells["sku"] == r["sku"]) & (cells["workload"] == r["workload"])
+                     & (cells["batch"] == r["batch"]) & (cells["gamma"] == r["gamma"])
+                     & (cells["temperature"] == 0)]
+        rows.append({"SKU": r["sku_label"], "workload": display_workload(r["workload"]),
+                     "batch": r["batch"], "γ": r["gamma"], "temperature": r["temperature"],
+                     "α": r["alpha"], "speedup ×": r["speedup"],
+                     "greedy α": twin["alpha"].iloc[0] if len(twin) else np.nan,
+                     "greedy speedup ×": twin["speedup"].iloc[0] if len(twin) else np.nan})
+    return pd.DataFrame(rows)

@@ -56,12 +56,22 @@ def use_offline_renderer(png: bool = True) -> None:
     alt.renderers.enable("specbench")
 
 
+def regime_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of the two bracketing workloads ('repeat', 'open'), greedy: the figures of the
+    regimes story. Every workload is in the acceptance chapter's figures."""
+    keep = cells["workload"].isin(["repeat", "open"])
+    if "temperature" in cells:
+        keep &= cells["temperature"] == 0
+    return cells[keep]
+
+
 def _shape(cells):
     return alt.Shape("sku_label:N", title="SKU")
 
 
 def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 1: measured speedup over γ=0 versus γ, per workload, SKU and batch."""
+    cells = regime_cells(cells)
     data = cells[["sku_label", "workload", "batch", "gamma", "speedup", "alpha"]]
     base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
                                       axis=alt.Axis(tickMinStep=1)))
@@ -82,6 +92,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 2: measured per-token latency (points) against eq. 1 (curves)."""
+    cells = regime_cells(cells)
     cols = ["sku_label", "workload", "batch", "gamma", "pot_ms"]
     data = pd.concat([
         eq1_curves(cells)[cols].assign(kind="eq. 1"),
@@ -133,6 +144,7 @@ def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
 
 def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
     """Figure 5: timing-derived α (eq. 1 inverted) per SKU, beside the counter α."""
+    cells = regime_cells(cells)
     c = cells[cells["gamma"] > 0]
     long = pd.concat([c.assign(source="timing-derived", value=c["alpha_timing"]),
                       c.assign(source="counter", value=c["alpha"])])
@@ -151,6 +163,7 @@ def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
 
 def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
     """Figure 6: eq. 1 (counter α) versus measured per-token latency, log-log."""
+    cells = regime_cells(cells)
     c = cells[cells["gamma"] > 0]
     lo, hi = 0.8 * min(c["pot_ms"].min(), c["pred_eq1_ms"].min()), 1.25 * max(
         c["pot_ms"].max(), c["pred_eq1_ms"].max())
