@@ -289,21 +289,40 @@ def test_chapter_numbers_name_their_runs():
 
 @pytest.mark.data
 def test_workload_names_are_generic(tmp_path):
-    """New runs name Spec-Bench categories 'specbench:<category>': nothing special-cases names."""
+    """New runs name Spec-Bench categories 'specbench:<category>': nothing special-cases names.
+    A run whose reps carry the per-position counters is copied with every workload renamed."""
     import shutil
-    run = load_runs(kind="sweep")[-1]
+    runs = [r for r in load_runs(kind="sweep") if "accepted_per_pos" in r.table("reps.csv")]
+    if not runs:
+        pytest.skip("no run with per-position counters in reps.csv")
+    run = runs[-1]
     copy = tmp_path / run.sku / run.run_id
     shutil.copytree(run.path, copy, ignore=shutil.ignore_patterns("*.ipynb", "parts"))
+    names = {}
     for name in ("cells.csv", "reps.csv"):
         path = copy / name
         path.chmod(0o644)
         table = pd.read_csv(path)
-        table["workload"] = table["workload"].replace({"repeat": "specbench:coding",
-                                                       "open": "specbench:writing"})
+        names = {w: f"specbench:{w}-category" for w in table["workload"].unique()}
+        table["workload"] = table["workload"].map(names)
         table.to_csv(path, index=False)
     frame = plan.plan_from_runs(run.sku, root=tmp_path)
-    assert set(frame["workload"]) == {"specbench:coding", "specbench:writing"}
-    r = cli("--sku", run.sku, "--root", str(tmp_path), "--workload", "specbench:coding")
-    assert r.returncode == 0 and "'specbench:coding', batch 1" in r.stdout
+    assert set(frame["workload"]) == set(names.values())
+    first = sorted(names.values())[0]
+    r = cli("--sku", run.sku, "--root", str(tmp_path), "--workload", first)
+    assert r.returncode == 0 and f"'{first}', batch" in r.stdout
     be = plan.break_even_table(tmp_path)
-    assert set(be["workload"]) == {"specbench:coding", "specbench:writing"}
+    assert set(be["workload"]) == set(names.values())
+
+
+def test_next_token_divisor_by_hand():
+    # D(4) = 2.0 measured, half the steps drafted, per-position α = 0.5:
+    # one more position adds 0.5 · 0.5^5 = 0.015625 tokens per step.
+    inputs = plan.ModelInputs(t_base_ms=10.0, alpha_by_gamma={4: 0.4}, d_by_gamma={4: 0, 5: 0},
+                              h_ms=0.0, divisor_by_gamma={4: 2.0}, share_by_gamma={4: 0.5},
+                              alpha_pp_by_gamma={4: 0.5})
+    assert plan.next_token_divisor(inputs, 4) == (pytest.approx(2.015625), "counters")
+    # Without the counters' share and per-position α: the paper's α(γ+1)+1 = 0.4·5 + 1.
+    bare = plan.ModelInputs(t_base_ms=10.0, alpha_by_gamma={4: 0.4}, d_by_gamma={4: 0, 5: 0},
+                            h_ms=0.0, divisor_by_gamma={4: 2.0})
+    assert plan.next_token_divisor(bare, 4) == (pytest.approx(3.0), "αγ+1")

@@ -38,11 +38,16 @@ from .roofline import ModelShape, Sku, verify_overhead
 from .runs import DEFAULT_ROOT, Run, load_runs
 
 __all__ = [
-    "recommend", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "plan_from_runs",
+    "recommend", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "next_token_divisor",
+    "plan_from_runs",
     "format_plan", "per_position_acceptance", "break_even_table", "priced", "priced_decisions",
     "recommendation_summary", "counter_rows", "kv_bytes_per_token", "hypothetical_draft_kv",
     "rep_intervals", "negative_cells", "chapter_numbers", "main",
 ]
+
+# A recommendation that misses the fastest measured γ but whose own measured speedup is within
+# this many percent of the fastest is reported as near it (about the repetitions' spread).
+NEAR_BEST_PCT = 5.0
 
 # Two predicted latencies closer than this (relative) are a tie: eq. 1 with a compute-bound
 # d(γ) ∝ γ gives the same pot at several γ, equal up to the last bits of a float.
@@ -126,6 +131,10 @@ class ModelInputs:
     h_ms: float
     divisor_by_gamma: dict[int, float]     # exact tokens per step from counters, where given
     sources: dict[str, str] = field(default_factory=dict)
+    # For the next proposed token: the share of steps that drafted and the per-position α
+    # fitted to the accepted prefixes (counters), where the run records them.
+    share_by_gamma: dict[int, float] = field(default_factory=dict)
+    alpha_pp_by_gamma: dict[int, float] = field(default_factory=dict)
 
 
 def _roofline_d(run: Run, run_cells: pd.DataFrame, gammas, batch: int) -> dict[int, float]:
@@ -158,6 +167,8 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str) -
     if "tokens_per_step" in spec:
         divisor = {int(g): float(t) for g, t in zip(spec["gamma"], spec["tokens_per_step"])
                    if pd.notna(t) and t > 0}
+    pp = per_position_acceptance(counter_rows(run))
+    pp = pp[(pp["workload"] == workload) & (pp["batch"] == batch)]
     return ModelInputs(
         t_base_ms=float(base["pot_ms"].iloc[0]),
         alpha_by_gamma={int(g): float(a) for g, a in zip(spec["gamma"], spec["alpha"])},
@@ -166,7 +177,38 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str) -
                  "d": "roofline (manifest ceilings)" if run.manifest.get("model_shape")
                       else "none recorded: d = 0",
                  "h": "none (h = 0, the paper's eq. 1)",
-                 "divisor": "tokens per step from counters (exact)"})
+                 "divisor": "tokens per step from counters (exact)"},
+        share_by_gamma=_drafting_share(spec, run),
+        alpha_pp_by_gamma={int(g): float(a) for g, a in
+                           zip(pp["gamma"], pp["alpha_per_position"]) if pd.notna(a)})
+
+
+def _drafting_share(spec: pd.DataFrame, run: Run) -> dict[int, float]:
+    """Drafting steps / decode steps per γ, from counters and token counts. Newer runs store
+    it; older ones store drafts and the divisor, whose decoded tokens give the steps back."""
+    if "drafting_share" in spec and spec["drafting_share"].notna().all():
+        return {int(g): float(x) for g, x in zip(spec["gamma"], spec["drafting_share"])}
+    if not {"drafts", "tokens_per_step", "n_reps"} <= set(spec.columns):
+        return {}
+    decoded = spec["n_reps"] * spec["batch"] * (run.manifest["grid"]["max_tokens"] - 1)
+    steps = decoded / spec["tokens_per_step"]
+    return {int(g): float(min(1.0, dr / st)) for g, dr, st in
+            zip(spec["gamma"], spec["drafts"], steps) if st > 0}
+
+
+def next_token_divisor(inputs: ModelInputs, gamma: int) -> tuple[float, str]:
+    """Tokens per step at γ+1, and how it was had.
+
+    Each drafting step emits 1 + Σ_{i=1..γ} α^i tokens under independent per-position
+    acceptance, so one more proposed position adds α^(γ+1) per drafting step:
+    D(γ+1) = D(γ) + s·α^(γ+1), with D the counter divisor, s the drafting share and α the
+    per-position α, all from counters. Without them: the paper's α(γ+1)+1.
+    """
+    exact = inputs.divisor_by_gamma.get(gamma)
+    share, alpha_pp = inputs.share_by_gamma.get(gamma), inputs.alpha_pp_by_gamma.get(gamma)
+    if exact and share is not None and alpha_pp is not None:
+        return exact + share * alpha_pp ** (gamma + 1), "counters"
+    return inputs.alpha_by_gamma[gamma] * (gamma + 1) + 1, "αγ+1"
 
 
 # -- from runs -----------------------------------------------------------------------------
@@ -209,8 +251,9 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
 
     Columns: run_id, sku, workload, batch, gamma, alpha, divisor, divisor_source, d, h_ms,
     t_base_ms, pred_pot_ms, pred_speedup, measured_speedup, marginal_speedup (predicted
-    speedup at γ+1 minus at γ, paper's divisor αγ+1, counter α at γ held, d(γ+1) from the
-    model), recommended (the γ of :func:`recommend` on the predictions), measured_best.
+    speedup at γ+1 minus at γ, with d(γ+1) from the model and the divisor at γ+1 from
+    :func:`next_token_divisor`), marginal_divisor (how that divisor was had), recommended
+    (the γ of :func:`recommend` on the predictions), measured_best.
     """
     run = _sku_runs(root, sku)
     cells = _ok_cells(run)
@@ -236,11 +279,15 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
             divisor = 1.0 if gamma == 0 else (exact if exact else alpha * gamma + 1)
             d = inputs.d_by_gamma.get(gamma, 0.0)
             pot = _pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms, divisor)
-            margin = np.nan
+            margin, margin_source = np.nan, "—"
             if gamma > 0:
-                ratio = inputs.h_ms / inputs.t_base_ms
-                margin = (model.speedup(alpha, gamma + 1, inputs.d_by_gamma[gamma + 1], ratio)
-                          - model.speedup(alpha, gamma, d, ratio))
+                next_divisor, margin_source = next_token_divisor(inputs, gamma)
+                # Like with like: the counter divisor on both sides, or αγ+1 on both.
+                here = pot if margin_source == "counters" else \
+                    _pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms)
+                next_pot = _pot(inputs.t_base_ms, alpha, gamma + 1,
+                                inputs.d_by_gamma[gamma + 1], inputs.h_ms, next_divisor)
+                margin = inputs.t_base_ms / next_pot - inputs.t_base_ms / here
             part.append({"run_id": run.run_id, "sku": sku, "workload": w, "batch": int(b),
                          "gamma": gamma, "alpha": alpha, "divisor": divisor,
                          "divisor_source": ("—" if gamma == 0 else
@@ -248,7 +295,7 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
                          "d": d, "h_ms": inputs.h_ms, "t_base_ms": inputs.t_base_ms,
                          "pred_pot_ms": pot, "pred_speedup": inputs.t_base_ms / pot,
                          "measured_speedup": measured.get(gamma, np.nan),
-                         "marginal_speedup": margin})
+                         "marginal_speedup": margin, "marginal_divisor": margin_source})
         pots = {r["gamma"]: r["pred_pot_ms"] for r in part}
         best = recommend(pots, inputs.t_base_ms)
         measured_best = recommend({g: inputs.t_base_ms / s for g, s in measured.items()
@@ -272,8 +319,9 @@ def format_plan(frame: pd.DataFrame) -> str:
              f"model inputs: t_base = {src['t_base']}; α = {src['alpha']}; d(γ) = {src['d']}; "
              f"h = {src['h']}",
              f"divisor: {src['divisor']} where the counters give it (marked 'counters'), "
-             "else αγ+1; the marginal column uses αγ+1 with the counter α at γ and d(γ+1) "
-             "from the model"]
+             "else αγ+1; the +1 token column: predicted speedup at γ+1 minus at γ, with "
+             "d(γ+1) from the model and D(γ+1) = D(γ) + s·α_pp^(γ+1) (s drafting share, α_pp "
+             "per-position α, both from counters)"]
     if frame.attrs.get("skipped"):
         lines.append(f"skipped, no γ=0 cell measured: {', '.join(frame.attrs['skipped'])}")
     for (w, b), g in frame.groupby(["workload", "batch"], sort=False):
@@ -583,7 +631,18 @@ def _cases(frame: pd.DataFrame, gamma: bool = False) -> str:
                      + (f" γ={r.gamma}" if gamma else "") for r in frame.itertuples())
 
 
-def _recommendation_phrases(recs: pd.DataFrame) -> dict:
+def _near_best(plans: pd.DataFrame, miss: pd.DataFrame) -> int:
+    """How many misses lose less than NEAR_BEST_PCT of the fastest measured speedup."""
+    near = 0
+    for r in miss.itertuples():
+        g = plans[(plans["sku"] == r.sku) & (plans["workload"] == r.workload)
+                  & (plans["batch"] == r.batch)].set_index("gamma")["measured_speedup"]
+        if g[r.recommended] >= g[r.measured_best] * (1 - NEAR_BEST_PCT / 100):
+            near += 1
+    return near
+
+
+def _recommendation_phrases(recs: pd.DataFrame, plans: pd.DataFrame) -> dict:
     """Wording chosen from the data: which workloads the tool turns off/on everywhere."""
     by_w = recs.groupby("workload")["recommended"]
     off = sorted(w for w, g in by_w if (g == 0).all())
@@ -602,7 +661,10 @@ def _recommendation_phrases(recs: pd.DataFrame) -> dict:
         "rec_phrase": "The tool " + ", and ".join(parts),
         "agree_phrase": ("picks the fastest measured γ in every case" if agree.all() else
                          f"picks the fastest measured γ in {int(agree.sum())} of {len(recs)} "
-                         f"cases; it misses on {_cases(miss)}"),
+                         f"cases; it misses on {_cases(miss)}, and in "
+                         f"{_near_best(plans, miss)} of these {len(miss)} misses the measured "
+                         f"speedup at the recommended γ is within {NEAR_BEST_PCT:g} percent "
+                         "of the fastest"),
         "miss_batches": sorted(set(int(b) for b in miss["batch"])),
     }
 
@@ -626,7 +688,7 @@ def _margin_phrase(spec: pd.DataFrame) -> str:
         if len(off):
             bits.append(f"{_range(off['marginal_speedup'], '+.3f')}× where it keeps it off")
         parts.append(f"at batch {b} it is " + " and ".join(bits))
-    return "; ".join(parts)
+    return ("; ".join(parts)).capitalize()
 
 
 def _miss_phrase(plans: pd.DataFrame) -> str:
@@ -814,7 +876,7 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
         "kv_target_bytes_per_token": int(kv["target_kv_bytes_per_token"]),
         "kv_draft_weight_mib": kv["draft_weight_bytes"] / 2**20,
     }
-    numbers.update(_recommendation_phrases(recs))
+    numbers.update(_recommendation_phrases(recs, plans))
     numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
     numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
     numbers["tables"] = {"plans": plans.drop(columns=["sources"]),
