@@ -197,7 +197,7 @@ SKUS = sorted({r.sku for r in load_runs(kind="sweep")})
 @pytest.mark.parametrize("sku", SKUS)
 def test_from_runs_uses_measured_baseline_counters_and_model(sku):
     frame = plan.plan_from_runs(sku)
-    run = [r for r in load_runs(kind="sweep") if r.sku == sku][-1]
+    run = next(r for r in load_runs(kind="sweep") if r.run_id == frame["run_id"].iloc[0])
     cells = run.table("cells.csv")
     for (w, b), g in frame.groupby(["workload", "batch"]):
         base = cells[(cells["workload"] == w) & (cells["batch"] == b) & (cells["gamma"] == 0)]
@@ -206,12 +206,16 @@ def test_from_runs_uses_measured_baseline_counters_and_model(sku):
     spec = frame[frame["gamma"] > 0]
     assert (spec["divisor_source"] == "counters").all()
     assert spec["marginal_speedup"].notna().all()
-    # d(γ) at the measured γ is the same frozen-roofline value the analysis records.
+    # d(γ) at the measured γ is the headline model's s·(d + h/t_base) where the SKU has a
+    # kernel microbenchmark, else the frozen-roofline value the analysis records.
     ana = analysis.sweep_cells()
-    ana = ana[(ana["sku"] == sku) & (ana["gamma"] > 0)].set_index(["workload", "batch", "gamma"])
+    ana = ana[(ana["sku"] == sku) & (ana["gamma"] > 0) & (ana["temperature"] == 0)].set_index(
+        ["workload", "batch", "gamma"])
     for _, r in spec.iterrows():
-        assert r["d"] == pytest.approx(
-            ana.loc[(r["workload"], r["batch"], r["gamma"]), "d_roofline"])
+        a = ana.loc[(r["workload"], r["batch"], r["gamma"])]
+        expected = (a["drafting_share"] * (a["d"] + a["h_ratio"])
+                    if a["d_source"] == "microbenchmark" else a["d_roofline"])
+        assert r["d"] == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.data

@@ -148,11 +148,28 @@ def _roofline_d(run: Run, run_cells: pd.DataFrame, gammas, batch: int) -> dict[i
                                           context)) for g in gammas}
 
 
-def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str) -> ModelInputs:
+def _micro_delta(root, sku: str, batch: int):
+    """The latest kernel microbenchmark of the SKU: extra kernel ms of a verify step as a
+    function of γ (linear between the measured γ), or None without such a run."""
+    runs = [r for r in load_runs(root, kind="microbench") if r.sku == sku]
+    if not runs:
+        return None
+    v = runs[-1].table("verify.csv")
+    v = v[v["batch"] == batch].sort_values("gamma")
+    if v.empty:
+        return None
+    return lambda g: float(np.interp(g, v["gamma"], v["delta_ms"]))
+
+
+def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
+                 cells: pd.DataFrame | None = None, root=DEFAULT_ROOT) -> ModelInputs:
     """t_base, counter α, d(γ), host term h and exact divisor for one batch × workload.
 
-    Today: d(γ) is the frozen roofline of the run's manifest and h = 0 (the paper's eq. 1).
-    A reworked model (microbenchmarked d, a per-cycle h) replaces the two marked lines.
+    With ``cells`` (:func:`specbench.analysis.sweep_cells`), the book's headline model: a
+    drafting share s of the steps pays the microbenchmarked verify cost d and the cross-fitted
+    host term h, so eq. 1's d(γ) becomes s·(d + h/t_base) and h_ms = 0 (d at γ+1 interpolated
+    between the microbenchmarked γ). Without them, or for a SKU with no microbenchmark, the
+    frozen roofline with h = 0 (the paper's eq. 1).
     """
     mine = run_cells[(run_cells["batch"] == batch) & (run_cells["workload"] == workload)]
     base = mine[mine["gamma"] == 0]
@@ -160,9 +177,30 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str) -
         raise ValueError(f"{run.path}: no γ=0 cell for workload {workload!r}, batch {batch}")
     spec = mine[mine["gamma"] > 0].sort_values("gamma")
     gammas = [int(g) for g in spec["gamma"]]
-    d_by_gamma = _roofline_d(run, run_cells, sorted(set(gammas) | {g + 1 for g in gammas}),
-                             batch)                                   # model: d(γ)
-    h_ms = 0.0                                                        # model: h
+    t_base = float(base["pot_ms"].iloc[0])
+    share = _drafting_share(spec, run)
+    delta = _micro_delta(root, run.sku, batch) if cells is not None else None
+    headline = None
+    if delta is not None:
+        headline = cells[(cells["sku"] == run.sku) & (cells["batch"] == batch)
+                         & (cells["workload"] == workload) & (cells["temperature"] == 0)
+                         & (cells["gamma"] > 0)].set_index("gamma")
+    if headline is not None and len(headline):
+        h_ratio = float(headline["h_ratio"].iloc[0])
+        d_by_gamma = {}
+        for g in sorted(set(gammas) | {g + 1 for g in gammas}):
+            s = share.get(g, share.get(g - 1, 1.0))
+            t = float(headline["t_base_ms"].get(g, headline["t_base_ms"].get(g - 1, t_base)))
+            d_by_gamma[g] = s * (delta(g) / t + h_ratio)
+        d_source = ("headline: s·(d + h/t_base), d from the kernel microbenchmark, h "
+                    "cross-fitted on the other workloads")
+        h_source = f"inside d (h/t_base = {h_ratio:.3f}, paid by drafting steps)"
+    else:
+        d_by_gamma = _roofline_d(run, run_cells, sorted(set(gammas) | {g + 1 for g in gammas}),
+                                 batch)
+        d_source = ("roofline (manifest ceilings)" if run.manifest.get("model_shape")
+                    else "none recorded: d = 0")
+        h_source = "none (h = 0, the paper's eq. 1)"
     divisor = {}
     if "tokens_per_step" in spec:
         divisor = {int(g): float(t) for g, t in zip(spec["gamma"], spec["tokens_per_step"])
@@ -170,15 +208,12 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str) -
     pp = per_position_acceptance(counter_rows(run))
     pp = pp[(pp["workload"] == workload) & (pp["batch"] == batch)]
     return ModelInputs(
-        t_base_ms=float(base["pot_ms"].iloc[0]),
+        t_base_ms=t_base,
         alpha_by_gamma={int(g): float(a) for g, a in zip(spec["gamma"], spec["alpha"])},
-        d_by_gamma=d_by_gamma, h_ms=h_ms, divisor_by_gamma=divisor,
-        sources={"t_base": "measured γ=0 cell", "alpha": "engine counters",
-                 "d": "roofline (manifest ceilings)" if run.manifest.get("model_shape")
-                      else "none recorded: d = 0",
-                 "h": "none (h = 0, the paper's eq. 1)",
-                 "divisor": "tokens per step from counters (exact)"},
-        share_by_gamma=_drafting_share(spec, run),
+        d_by_gamma=d_by_gamma, h_ms=0.0, divisor_by_gamma=divisor,
+        sources={"t_base": "measured γ=0 cell", "alpha": "engine counters", "d": d_source,
+                 "h": h_source, "divisor": "tokens per step from counters (exact)"},
+        share_by_gamma=share,
         alpha_pp_by_gamma={int(g): float(a) for g, a in
                            zip(pp["gamma"], pp["alpha_per_position"]) if pd.notna(a)})
 
@@ -222,7 +257,9 @@ class PlanInputError(LookupError):
 
 
 def _sku_runs(root, sku: str) -> Run:
-    runs = [r for r in load_runs(root, kind="sweep") if r.sku == sku]
+    """The SKU's latest sweep with greedy cells (a run of temperature cells alone is not a
+    plan's basis: planning is for greedy decoding)."""
+    runs = [r for r in load_runs(root, kind="sweep") if r.sku == sku and not _ok_cells(r).empty]
     if not runs:
         known = sorted({r.sku for r in load_runs(root, kind="sweep")})
         raise PlanInputError("--sku", f"no complete sweep run of SKU {sku!r} under {root}/ "
@@ -257,6 +294,8 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     """
     run = _sku_runs(root, sku)
     cells = _ok_cells(run)
+    from .analysis import sweep_cells
+    headline_cells = sweep_cells(root)
     if batch is not None and batch not in set(cells["batch"]):
         raise PlanInputError("--batch", f"batch {batch} was not measured in {run.run_id} "
                              f"(batches: {sorted(set(cells['batch']))})")
@@ -270,7 +309,7 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
         if not (group["gamma"] == 0).any():   # no baseline measured: nothing to plan against
             skipped.append(f"'{w}' batch {int(b)}")
             continue
-        inputs = model_inputs(cells, run, int(b), w)
+        inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
         measured = dict(zip(group["gamma"].astype(int), group["speedup"]))
         part = []
         for gamma in [0] + sorted(inputs.alpha_by_gamma):
@@ -429,6 +468,8 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
     c = 0 (n-gram drafting runs no draft model; its CPU lookup is inside the host terms) and
     the model charges (t_base·(1 + d(γ)) + h) / t_base, so v = (d(γ) + h/t_base) / γ.
     """
+    from .analysis import sweep_cells
+    headline_cells = sweep_cells(root)
     rows = []
     for run in _latest_sweeps(root):
         cells = _ok_cells(run)
@@ -437,7 +478,7 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
         for (w, b), group in cells.groupby(["workload", "batch"]):
             if not (group["gamma"] == 0).any():
                 continue
-            inputs = model_inputs(cells, run, int(b), w)
+            inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
             for gamma in sorted(inputs.alpha_by_gamma):
                 v = (inputs.d_by_gamma[gamma] + inputs.h_ms / inputs.t_base_ms) / gamma
                 be = _break_even(gamma, v)
@@ -460,8 +501,9 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
 
 def _latest_sweeps(root) -> list[Run]:
     latest: dict[str, Run] = {}
-    for run in load_runs(root, kind="sweep"):   # oldest first
-        latest[run.sku] = run
+    for run in load_runs(root, kind="sweep"):   # oldest first; greedy runs only
+        if not _ok_cells(run).empty:
+            latest[run.sku] = run
     if not latest:
         raise FileNotFoundError(f"no complete sweep run under {root}/")
     return list(latest.values())
