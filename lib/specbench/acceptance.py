@@ -122,6 +122,12 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     slower = spec[spec["speedup"] < 1]
     n.add(slower_cells=int(len(slower)))
     verdict, run_id = lossless_table(root)
+    if not run_id:
+        n.add(lossless_fails=False, lossless_p_max=float("nan"), lossless_alpha_hot=float("nan"),
+              lossless_alpha_greedy=float("nan"), lossless_samples=0, lossless_level=0.01,
+              lossless_verdict="not measured yet (no 'lossless' run in the store)",
+              root_cause_status="No lossless run is in the store, so whether this defect "
+                                "applies to the engine measured here is not known")
     if run_id:
         hot = verdict[verdict["temperature"] > 0]
         n.add(runs=[run_id], lossless_fails=bool(hot["rejects_lossless"].any()),
