@@ -25,9 +25,16 @@ __all__ = ["eq1_curves", "shortfall_split", "step_counts", "cycle_costs", "error
 KEY = ["workload", "gamma", "batch"]
 
 
+def _greedy(cells: pd.DataFrame) -> pd.DataFrame:
+    """Greedy cells only: the temperature cells are not evidence while the engine fails the
+    lossless test."""
+    return cells[cells["temperature"] == 0] if "temperature" in cells else cells
+
+
 def eq1_curves(cells: pd.DataFrame, gammas=np.linspace(0, 6, 61)) -> pd.DataFrame:
     """Eq. 1 over continuous γ with each (SKU, workload, batch)'s counter α and t_base,
     and d(γ) interpolated from the cells' roofline values."""
+    cells = _greedy(cells)
     rows = []
     for (sku, w, b), g in cells.groupby(["sku_label", "workload", "batch"]):
         spec = g[g["gamma"] > 0]
@@ -47,6 +54,7 @@ def shortfall_split(cells: pd.DataFrame, workload: str = "repeat") -> pd.DataFra
     """Each speculative cell's ideal αγ+1 as three stacked parts (long format, column
     ``value``): the measured speedup, the share lost to d(γ), and the rest (the residual).
     The parts sum to αγ+1 exactly; a negative residual means the cell beat eq. 1."""
+    cells = _greedy(cells)
     c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
     ideal = c["alpha"] * c["gamma"] + 1
     d = roofline_d(c)
@@ -86,6 +94,7 @@ def cycle_costs(cells: pd.DataFrame) -> pd.DataFrame:
     (pot · tokens emitted per step / t_base), against the roofline's 1 + d(γ); and the
     per-step residual against the roofline, in ms, with the exact divisor
     (pot·emitted − t_base(1+d)) and with the paper's αγ+1 (pot·(αγ+1) − t_base(1+d))."""
+    cells = _greedy(cells)
     c = cells[cells["gamma"] > 0].copy()
     c["step_ms"] = c["pot_ms"] * c["emitted_per_step"]
     c["measured_cost"] = c["step_ms"] / c["t_base_ms"]
@@ -103,6 +112,7 @@ def _abs_err(pred, measured) -> pd.Series:
 def error_ablation(cells: pd.DataFrame) -> pd.DataFrame:
     """Per speculative cell: the absolute error (%) of eq. 1 (roofline d), of eq. 1 with
     d = 0, and of the acceptance-blind model."""
+    cells = _greedy(cells)
     c = cells[cells["gamma"] > 0].copy()
     c["eq1_abs_pct"] = _abs_err(
         model.per_token_latency(c["t_base_ms"], c["alpha"], c["gamma"], roofline_d(c)), c["pot_ms"])
