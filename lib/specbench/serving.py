@@ -583,7 +583,7 @@ def run_client(argv: list[str]) -> dict:
         box["stdout"] = buffer.getvalue()
 
     with _CLIENT_LOCK:
-        thread = threading.Thread(target=work, name="vllm-bench-serve")
+        thread = threading.Thread(target=work, name="vllm-bench-serve", daemon=True)
         thread.start()
         thread.join()
     if "error" in box:
