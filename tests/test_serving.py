@@ -339,3 +339,47 @@ def test_a_terminated_harness_takes_its_server_with_it(tmp_path):
     while _alive(servers) and time.time() < deadline:
         time.sleep(0.5)
     assert not _alive(servers), f"left behind: {_alive(servers)}"
+
+
+# -- the committed run and the chapter's numbers --------------------------------------------------
+
+def _committed_serving_run():
+    from specbench import serving_report
+    try:
+        return serving_report.latest_run(ROOT / "runs")
+    except FileNotFoundError:
+        pytest.skip("no serving run committed under runs/")
+
+
+def test_committed_serving_run_has_the_promised_columns_and_agreeing_acceptance():
+    run = _committed_serving_run()
+    levels = run.table("levels.csv")
+    for column in ("concurrency", "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "p50_ttft_ms",
+                   "p95_ttft_ms", "p99_ttft_ms", "goodput"):
+        assert column in levels
+    assert {"repeat", "open"} <= set(levels["workload"])
+    assert (levels["source"] == "spec_bench").groupby(levels["workload"]).any().sum() >= 3
+    assert {0, 2, 4} <= set(levels["gamma"])
+    assert levels.loc[levels["mode"] == "concurrency", "concurrency"].nunique() >= 3
+    assert (levels["failed"] == 0).all()
+    spec = levels[levels["gamma"] > 0].dropna(subset=["client_acceptance_rate"])
+    assert len(spec) and (spec["client_draft_tokens"] == spec["draft_tokens"]).all()
+    assert (spec["client_acceptance_rate"] - spec["alpha"]).abs().max() < 1e-9
+    m = run.manifest
+    assert m["kind"] == "serving" and m["dataset"]["spec_bench_sha256"]
+    assert all(len(ids) == m["load"]["num_prompts"] for ids in m["dataset"]["question_ids"].values())
+    assert "127.0.0.1" in m["server"]["command"]
+    assert m["slo"]["ttft_ms"] > 0 and m["slo"]["tpot_ms"] > 0
+
+
+def test_chapter_numbers_name_their_run_and_state_the_crossover():
+    from specbench import serving_report
+    run = _committed_serving_run()
+    numbers = serving_report.chapter_numbers(run)
+    assert numbers["run_id"] == run.run_id
+    crossover = run.table("crossover.csv")
+    assert numbers["n_crossover"] + numbers["n_no_crossover"] + numbers["n_below_from_start"] \
+        == len(crossover)
+    for workload in crossover["workload"].unique():
+        assert f"'{workload}'" in numbers["crossover_sentence"]
+    assert numbers["acceptance_counts_equal"] == numbers["acceptance_levels"]
