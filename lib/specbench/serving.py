@@ -91,14 +91,14 @@ class SLO:
         return ["--goodput", f"ttft:{self.ttft_ms:g}", f"tpot:{self.tpot_ms:g}"]
 
 
-# Why these defaults. On this 2-core CPU the 135M model decodes one request at ~58 ms per token
-# and prefills a ~700-token prompt in ~1.1 s (DESIGN.md). TPOT 150 ms is reading speed (~6-7
-# tokens/s, what a streaming chat must beat) and leaves room for ~2.5x slowdown under load;
-# TTFT 3 s is about two long prefills queued behind each other. On a datacenter GPU, public
+# Why these defaults. On 2-core CPUs of this kind the 135M model decodes one request at
+# ~20-60 ms per token and prefills a ~700-token prompt in ~0.6-1.1 s. TPOT 150 ms is reading
+# speed (~6-7 tokens/s, what a streaming chat must beat) and leaves room for a slowdown under
+# load; TTFT 3 s leaves room for a few long prefills queued ahead. On a datacenter GPU, public
 # interactive-serving limits are of the order of 0.5 s to first token and 40-50 ms per token
 # (e.g. MLPerf Inference's interactive LLM scenario); 500 ms / 50 ms is that order.
 CPU_SLO = SLO(3000.0, 150.0, "2-core CPU, 135M model: TPOT at reading speed (~6-7 tok/s), "
-              "TTFT about two ~700-token prefills (~1.1 s each) queued")
+              "TTFT room for a few ~700-token prefills (~0.6-1.1 s each) queued")
 GPU_SLO = SLO(500.0, 50.0, "datacenter GPU: interactive-serving limits of the order used "
               "by public benchmarks (~0.5 s to first token, 40-50 ms per token)")
 

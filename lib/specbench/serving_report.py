@@ -83,6 +83,15 @@ def chapter_numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> dict:
          "dataset_sha": (m["dataset"]["spec_bench_sha256"] or "")[:12],
          "price": m["economics"]["price_per_replica_hour_usd"],
          "demand": m["economics"]["demand_tokens_per_s"]}
+    one = closed[(closed["workload"] == "repeat") & (closed["gamma"] == 0)
+                 & (closed["concurrency"] == 1)] if "repeat" in set(closed["workload"]) else \
+        closed[(closed["gamma"] == 0) & (closed["concurrency"] == closed["concurrency"].min())]
+    reqs = run.table("requests.csv")
+    first = reqs[(reqs["workload"] == one["workload"].iloc[0]) & (reqs["gamma"] == 0)
+                 & (reqs["mode"] == "concurrency") & (reqs["level"] == one["concurrency"].iloc[0])]
+    n["tpot_c1"] = float(first["tpot_ms"].median())
+    n["ttft_c1"] = float(first["ttft_ms"].median())
+    n["prompt_c1"] = float(first["prompt_len"].mean())
     # The client's acceptance against this project's reader, same window.
     both = spec.dropna(subset=["client_acceptance_rate", "alpha"])
     n["acceptance_levels"] = len(both)
@@ -115,9 +124,12 @@ def chapter_numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> dict:
     frontend = levels["cpu_client_cores"] + levels["cpu_api_server_cores"] + levels["cpu_engine_core_cores"]
     n["frontend_cores_max"] = float(frontend.max())
     n["frontend_cores_mean"] = float(frontend.mean())
+    n["engine_core_cores_mean"] = float(levels["cpu_engine_core_cores"].mean())
     n["frontend_sentence"] = (
         "needed more than the one free core, so it took time from the model's core"
-        if frontend.max() > 1.0 else "fitted within the one core the worker leaves free")
+        if frontend.max() > 1.0 else
+        "all but filled the one core the worker leaves free" if frontend.max() > 0.9 else
+        "fitted within the one core the worker leaves free")
     by_c = frontend[levels["mode"] == "concurrency"].groupby(
         levels.loc[levels["mode"] == "concurrency", "concurrency"]).mean()
     n["frontend_trend"] = (f"went from {by_c.iloc[0]:.2f} to {by_c.iloc[-1]:.2f} cores"
@@ -128,6 +140,8 @@ def chapter_numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> dict:
     n["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
     cmp = sweep_comparison(levels, speed, sweep_cells)
     n["sweep_compared"] = len(cmp)
+    n["sweep_max_batch"] = int(sweep_cells["batch"].max()) if sweep_cells is not None and len(
+        sweep_cells) else 0
     n["sweep_gap_median_pct"] = float("nan")
     n["sweep_gap_sentence"] = "not comparable (no sweep of this SKU)"
     if len(cmp):
