@@ -83,6 +83,7 @@ def chapter_numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> dict:
          "dataset_sha": (m["dataset"]["spec_bench_sha256"] or "")[:12],
          "price": m["economics"]["price_per_replica_hour_usd"],
          "demand": m["economics"]["demand_tokens_per_s"]}
+    n["max_num_seqs"] = int(m["engine"]["settings"]["max_num_seqs"])
     n["slo_tokens_per_s"] = 1000.0 / n["slo_tpot_ms"]
     from .serving import GPU_SLO
     n["gpu_ttft_ms"], n["gpu_tpot_ms"] = GPU_SLO.ttft_ms, GPU_SLO.tpot_ms
