@@ -1,6 +1,9 @@
-"""Command line: ``specbench sweep`` measures a run, ``specbench overhead`` benchmarks the
-harness, ``specbench serve-bench`` measures a real server under load, ``specbench runs`` lists
-what is stored. ``specbench <command> --help`` for details."""
+"""Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
+engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
+``specbench overhead`` benchmarks the harness, ``specbench serve-bench`` measures a real
+server under load, ``specbench runs`` lists what is stored,
+``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
+``specbench <command> --help`` for details."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +17,13 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}")
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+
+
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     from .sweep import DEFAULT_REPS, DEFAULT_WARMUP
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded "
@@ -21,7 +31,22 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gammas", type=_ints, default=(0, 2, 4, 6), help="speculative tokens γ "
                    "(must include 0), default 0,2,4,6")
     p.add_argument("--batches", type=_ints, default=(1, 4), help="batch sizes, default 1,4")
-    p.add_argument("--workloads", default="repeat,open", help="default repeat,open")
+    p.add_argument("--workloads", default="repeat,open",
+                   help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
+                        "translation, summarization, qa, math_reasoning, rag); default repeat,open")
+    p.add_argument("--workload-file", action="append", default=[], metavar="FILE.jsonl",
+                   help="your own prompts in vLLM's custom-dataset format (one JSON object per "
+                        "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
+                        "--workloads as file:FILE.jsonl")
+    p.add_argument("--prompts", type=int, default=4, help="prompts per cell: the first K of a "
+                   "workload that fit the context (4)")
+    p.add_argument("--temperatures", type=_floats, default=(0.0,),
+                   help="sampling temperatures, comma list (default 0: greedy); seeded")
+    p.add_argument("--seed", type=int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
+                   "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", help="Spec-Bench question file "
+                   "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
     p.add_argument("--max-tokens", type=int, default=128, help="new tokens per request (128)")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"warmup calls per cell "
                    f"({DEFAULT_WARMUP})")
@@ -31,17 +56,32 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run store folder (runs)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
 
 
 def config_from_args(args):
     from .sweep import SweepConfig
+    names = [w for w in args.workloads.split(",") if w] if args.workloads else []
+    names += [f"file:{f}" for f in args.workload_file]
     return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
-                       workloads=tuple(args.workloads.split(",")), max_tokens=args.max_tokens,
+                       workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
-                       notes=args.notes)
+                       notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
 
 
-def _floats(text: str) -> tuple[float, ...]:
+def _rates(text: str) -> tuple[float, ...]:
+    """Comma-separated request rates; an empty string means none."""
     try:
         return tuple(float(x) for x in text.split(",")) if text else ()
     except ValueError:
@@ -58,7 +98,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    "math_reasoning", help="'repeat', 'open' and/or Spec-Bench categories")
     p.add_argument("--concurrencies", type=_ints, default=(1, 2, 4, 8),
                    help="closed-loop levels, requests in flight (1,2,4,8)")
-    p.add_argument("--request-rates", type=_floats, default=(1.0,),
+    p.add_argument("--request-rates", type=_rates, default=(1.0,),
                    help="open-loop levels, Poisson requests/s (1); '' for none")
     p.add_argument("--num-prompts", type=int, default=8, help="requests per level (8)")
     p.add_argument("--output-len", type=int, default=64, help="tokens per request (64)")
@@ -89,6 +129,10 @@ def serving_config_from_args(args):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
+        from .plan import main as plan_main
+        return plan_main(argv[1:])
     parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
@@ -100,6 +144,32 @@ def main(argv=None) -> int:
     over.add_argument("--model")
     over.add_argument("--pairs", type=int, default=8, help="alternating pairs (8)")
     over.add_argument("--root", default="runs")
+    micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
+                           "(the verify cost d of the headline model)",
+                           description="Microbenchmark the linear layers vLLM's CPU backend "
+                           "dispatches (and attention) at N and N(γ+1) rows, one thread pinned "
+                           "to core 0; writes a 'microbench' run.")
+    micro.add_argument("--model")
+    micro.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
+    micro.add_argument("--batches", type=_ints, default=(1, 4))
+    micro.add_argument("--gammas", type=_ints, default=(0, 2, 4, 6))
+    micro.add_argument("--context", type=int, default=900, help="cached tokens (900)")
+    micro.add_argument("--repeats", type=int, default=30, help="timed calls per kernel (30)")
+    micro.add_argument("--root", default="runs")
+    loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
+                          "distribution unchanged (temperature > 0)",
+                          description="Seeded samples of one prompt with and without n-gram "
+                          "speculation at each temperature, and a permutation test of "
+                          "equal distributions; writes a 'lossless' run.")
+    loss.add_argument("--model")
+    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    loss.add_argument("--gamma", type=int, default=4)
+    loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
+    loss.add_argument("--samples", type=int, default=48, help="samples per arm (48)")
+    loss.add_argument("--tokens", type=int, default=24, help="compared positions (24)")
+    loss.add_argument("--root", default="runs")
+    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
+                   "(specbench plan --help)", add_help=False)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
                            "benchmark client (a 'serving' run)",
                            description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
@@ -107,6 +177,10 @@ def main(argv=None) -> int:
     _serve_args(serve)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", default="runs")
+    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
+                         "(submit, status, collect, resubmit)")
+    from .cluster import add_arguments as _cluster_arguments
+    _cluster_arguments(clu)
     args = parser.parse_args(argv)
 
     if args.command == "sweep":
@@ -122,6 +196,29 @@ def main(argv=None) -> int:
         from .overhead import run_overhead
         run = run_overhead(model=args.model, pairs=args.pairs, root=args.root)
         print(run.path)
+    elif args.command == "microbench":
+        from .microbench import MicrobenchConfig, run_microbench
+        cfg = MicrobenchConfig(model=args.model, dtype=args.dtype, batches=args.batches,
+                               gammas=args.gammas, context=args.context,
+                               repeats=args.repeats, root=args.root)
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(run_microbench(cfg).path)
+    elif args.command == "lossless":
+        from .lossless import LosslessConfig, run_lossless
+        cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
+                             temperatures=args.temperatures, samples=args.samples,
+                             tokens=args.tokens, root=args.root)
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(run_lossless(cfg).path)
+    elif args.command == "cluster":
+        from .cluster import main as cluster_main
+        return cluster_main(args, clu)
     elif args.command == "serve-bench":
         from .serving import LoadError, run_serving
         cfg = serving_config_from_args(args)

@@ -312,9 +312,13 @@ class Server:
         cmd.append("--enforce-eager" if s.enforce_eager else "--no-enforce-eager")
         cmd.append("--enable-prefix-caching" if s.enable_prefix_caching
                    else "--no-enable-prefix-caching")
+        # Pinned as in the sweep (vLLM's default differs between γ = 0 and 'ngram' on a GPU).
+        cmd.append("--async-scheduling" if getattr(s, "async_scheduling", False)
+                   else "--no-async-scheduling")
         if s.gamma > 0:
             cmd += ["--speculative-config", json.dumps({
-                "method": "ngram", "num_speculative_tokens": s.gamma,
+                "method": getattr(s, "speculative_method", "ngram"),
+                "num_speculative_tokens": s.gamma,
                 "prompt_lookup_min": s.prompt_lookup_min,
                 "prompt_lookup_max": s.prompt_lookup_max})]
         return cmd
