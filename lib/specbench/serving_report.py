@@ -144,6 +144,9 @@ def chapter_numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> dict:
                               else " (it falls with load)"))
     n["client_cores_max"] = float(levels["cpu_client_cores"].max())
     n["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
+    from .sweep import MAX_FOREIGN_CORES   # the sweep's threshold for a loaded cell
+    n["foreign_threshold"] = MAX_FOREIGN_CORES
+    n["loaded_levels"] = int((levels["cpu_foreign_cores"] > MAX_FOREIGN_CORES).sum())
     cmp = sweep_comparison(levels, speed, sweep_cells)
     n["sweep_compared"] = len(cmp)
     n["sweep_max_batch"] = int(sweep_cells["batch"].max()) if sweep_cells is not None and len(
