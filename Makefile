@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: help setup measure measure-acceptance overhead book book-from-runs test test-fast test-data gpu-sweep references clean-book
+.PHONY: help setup measure measure-acceptance overhead serving book book-from-runs test test-fast test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -30,6 +30,9 @@ measure-acceptance: setup  ## Spec-Bench sweep, kernel microbenchmark, lossless 
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli overhead
+
+serving: setup  ## a real vLLM server under load from vLLM's benchmark client (a 'serving' run, ~15 min)
+	$(PY) -m specbench.notebooks serving
 
 book: measure book-from-runs  ## measure here, then render the book with every run present
 

@@ -23,7 +23,8 @@ from .tables import SCROLL_HINT
 
 __all__ = ["use_offline_renderer", "fig1_speedup", "fig2_latency", "fig3_shortfall",
            "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
-           "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even"]
+           "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even",
+           "fig_serving_percentiles", "fig_serving_goodput", "fig_serving_speedup"]
 
 WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
 WIDTH = 260
@@ -273,3 +274,75 @@ def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
     return alt.layer(line, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
         title="Measured acceptance against the break-even at the model's verify overhead")
+
+
+# -- serving under load (book/serving.md; data from specbench.serving runs) -------------------
+
+GAMMA_COLORS = alt.Scale(domain=[0, 2, 4, 6], range=["#444444", "#1f77b4", "#ff7f0e", "#2ca02c"])
+_CONCURRENCY = alt.X("concurrency:Q", title="concurrency (requests in flight)",
+                     scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[1, 2, 4, 8, 16]))
+
+
+def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> alt.FacetChart:
+    """p50/p95/p99 latency against concurrency, per workload (columns) and metric (rows),
+    one line per γ and percentile, from a serving run's ``levels.csv`` (closed loop)."""
+    closed = levels[levels["mode"] == "concurrency"]
+    rows = []
+    for metric in metrics:
+        for p in (50, 95, 99):
+            rows.append(closed[["workload", "gamma", "concurrency"]].assign(
+                metric=metric.upper(), percentile=f"p{p}", ms=closed[f"p{p}_{metric}_ms"]))
+    data = pd.concat(rows, ignore_index=True)
+    return alt.Chart(data).mark_line(point=True).encode(
+        x=_CONCURRENCY, y=alt.Y("ms:Q", title="ms", scale=alt.Scale(type="log")),
+        color=alt.Color("gamma:O", title="γ", scale=GAMMA_COLORS),
+        strokeDash=alt.StrokeDash("percentile:N", title="percentile",
+                                  sort=["p50", "p95", "p99"]),
+        detail="percentile:N",
+        tooltip=["workload", "gamma", "concurrency", "metric", "percentile",
+                 alt.Tooltip("ms", format=".1f")]
+    ).properties(width=150, height=150).facet(
+        column=alt.Column("workload:N", title=None), row=alt.Row("metric:N", title=None)
+    ).resolve_scale(y="independent").properties(
+        title="Latency percentiles under load (client-side, vLLM's benchmark client)")
+
+
+def fig_serving_goodput(levels: pd.DataFrame) -> alt.FacetChart:
+    """Output tokens per second of SLO-meeting requests against concurrency, per workload,
+    one line per γ; the total output throughput dashed."""
+    closed = levels[levels["mode"] == "concurrency"]
+    data = pd.concat([
+        closed.assign(kind="SLO-qualified", tokens=closed["qualified_tokens_per_s"]),
+        closed.assign(kind="all requests", tokens=closed["output_throughput"])],
+        ignore_index=True)[["workload", "gamma", "concurrency", "kind", "tokens", "goodput",
+                            "cost_per_million_usd"]]
+    return alt.Chart(data).mark_line(point=True).encode(
+        x=_CONCURRENCY, y=alt.Y("tokens:Q", title="output tokens/s"),
+        color=alt.Color("gamma:O", title="γ", scale=GAMMA_COLORS),
+        strokeDash=alt.StrokeDash("kind:N", title="", sort=["SLO-qualified", "all requests"]),
+        detail="kind:N",
+        tooltip=["workload", "gamma", "concurrency", "kind", alt.Tooltip("tokens", format=".1f"),
+                 alt.Tooltip("goodput", title="goodput (req/s)", format=".2f"),
+                 alt.Tooltip("cost_per_million_usd", title="USD / M qualified", format=".2f")]
+    ).properties(width=150, height=170).facet(column=alt.Column("workload:N", title=None)
+    ).properties(title="Goodput: output tokens/s of requests that met the SLO")
+
+
+def fig_serving_speedup(speedup: pd.DataFrame) -> alt.FacetChart:
+    """Speculation's speedup (median TPOT of γ=0 over γ) against concurrency, with its 95 %
+    bootstrap interval, per workload; the line at 1 is break-even."""
+    data = speedup[["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"]]
+    base = alt.Chart().encode(x=_CONCURRENCY, color=alt.Color("gamma:O", title="γ",
+                                                               scale=GAMMA_COLORS))
+    band = base.mark_errorbar(ticks=True).encode(
+        y=alt.Y("speedup_lo:Q", title="speedup over γ=0 (median TPOT)",
+                scale=alt.Scale(type="log")), y2="speedup_hi:Q")
+    line = base.mark_line(point=True).encode(
+        y="speedup:Q", tooltip=["workload", "gamma", "concurrency",
+                                alt.Tooltip("speedup", format=".2f"),
+                                alt.Tooltip("speedup_lo", format=".2f"),
+                                alt.Tooltip("speedup_hi", format=".2f")])
+    one = alt.Chart().mark_rule(color="black", opacity=0.5).encode(y=alt.datum(1))
+    return alt.layer(band, line, one, data=data).properties(width=150, height=170).facet(
+        column=alt.Column("workload:N", title=None)).properties(
+        title="Does speculation still pay under load? (bars: 95 % bootstrap interval)")

@@ -1,6 +1,7 @@
 """Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
 engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
-``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored,
+``specbench overhead`` benchmarks the harness, ``specbench serve-bench`` measures a real
+server under load, ``specbench runs`` lists what is stored,
 ``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
 ``specbench <command> --help`` for details."""
 from __future__ import annotations
@@ -79,6 +80,54 @@ def config_from_args(args):
                        speculative_method=args.speculative_method)
 
 
+def _rates(text: str) -> tuple[float, ...]:
+    """Comma-separated request rates; an empty string means none."""
+    try:
+        return tuple(float(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    from .serving import DEFAULT_DATASET, default_slo
+    slo = default_slo()
+    p.add_argument("--model", help="checkpoint folder (default: the embedded model)")
+    p.add_argument("--gammas", type=_ints, default=(0, 2, 4), help="γ per server, must "
+                   "include 0 (0,2,4)")
+    p.add_argument("--workloads", default="repeat,open,summarization,translation,"
+                   "math_reasoning", help="'repeat', 'open' and/or Spec-Bench categories")
+    p.add_argument("--concurrencies", type=_ints, default=(1, 2, 4, 8),
+                   help="closed-loop levels, requests in flight (1,2,4,8)")
+    p.add_argument("--request-rates", type=_rates, default=(1.0,),
+                   help="open-loop levels, Poisson requests/s (1); '' for none")
+    p.add_argument("--num-prompts", type=int, default=8, help="requests per level (8)")
+    p.add_argument("--output-len", type=int, default=64, help="tokens per request (64)")
+    p.add_argument("--slo-ttft-ms", type=float, default=slo.ttft_ms,
+                   help=f"TTFT limit per request ({slo.ttft_ms:g} here)")
+    p.add_argument("--slo-tpot-ms", type=float, default=slo.tpot_ms,
+                   help=f"TPOT limit per request ({slo.tpot_ms:g} here)")
+    p.add_argument("--dataset", default=str(DEFAULT_DATASET), help="Spec-Bench question.jsonl")
+    p.add_argument("--price-per-replica-hour", type=float, default=0.10, help="USD (0.10)")
+    p.add_argument("--demand-tokens-per-s", type=float, default=1000.0,
+                   help="peak demand the fleet serves, output tokens/s (1000)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--root", default="runs")
+    p.add_argument("--notes", default="")
+
+
+def serving_config_from_args(args):
+    from .serving import SLO, LoadDefinition, ServingConfig, default_slo
+    load = LoadDefinition(
+        workloads=tuple(w for w in args.workloads.split(",") if w),
+        concurrencies=args.concurrencies, request_rates=args.request_rates,
+        num_prompts=args.num_prompts, output_len=args.output_len,
+        slo=SLO(args.slo_ttft_ms, args.slo_tpot_ms, default_slo().why),
+        dataset_path=args.dataset)
+    return ServingConfig(model=args.model, gammas=args.gammas, load=load, dtype=args.dtype,
+                         root=args.root, price_per_replica_hour=args.price_per_replica_hour,
+                         demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
@@ -121,6 +170,11 @@ def main(argv=None) -> int:
     loss.add_argument("--root", default="runs")
     sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
                    "(specbench plan --help)", add_help=False)
+    serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
+                           "benchmark client (a 'serving' run)",
+                           description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
+                           "with vLLM's benchmark client at each level, write a 'serving' run.")
+    _serve_args(serve)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", default="runs")
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
@@ -165,6 +219,14 @@ def main(argv=None) -> int:
     elif args.command == "cluster":
         from .cluster import main as cluster_main
         return cluster_main(args, clu)
+    elif args.command == "serve-bench":
+        from .serving import LoadError, run_serving
+        cfg = serving_config_from_args(args)
+        try:
+            cfg.validate()
+        except (LoadError, ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+        print(run_serving(cfg).path)
     elif args.command == "runs":
         from .runs import load_runs
         for run in load_runs(args.root, include_incomplete=True):

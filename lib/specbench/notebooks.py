@@ -53,7 +53,7 @@ def _parameter(text: str):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbench.notebooks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("notebook", help="sweep or host_floor")
+    parser.add_argument("notebook", help="sweep, host_floor or serving")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                         metavar=("NAME", "VALUE"), help="notebook parameter (Python literal)")
     args = parser.parse_args(argv)

@@ -49,7 +49,7 @@ MANIFEST_SCHEMA = {
         "schema_version": {"const": SCHEMA_VERSION},
         "run_id": {"type": "string", "minLength": 1},
         "kind": {"enum": ["sweep", "hostfloor", "overhead", "microbench", "lossless",
-                          "selftest", "gpucheck"]},
+                          "selftest", "gpucheck", "serving"]},
         "sku": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},
@@ -71,6 +71,15 @@ TABLE_COLUMNS = {
     "steps.csv": ["model", "tokens", "wall_ms", "compute_ms"],
     "families.csv": ["model", "tokens", "family", "self_ms"],
     "overhead.csv": ["rep", "read_counters", "wall_s"],
+    # serving runs (specbench.serving)
+    "levels.csv": ["workload", "gamma", "mode", "concurrency", "request_rate", "p50_itl_ms",
+                   "p95_itl_ms", "p99_itl_ms", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
+                   "p95_tpot_ms", "goodput", "qualified_tokens_per_s", "mean_running"],
+    "requests.csv": ["workload", "gamma", "mode", "level", "ttft_ms", "tpot_ms", "output_len",
+                     "good"],
+    "speedup.csv": ["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"],
+    "crossover.csv": ["workload", "gamma", "crossover", "crossover_lo", "crossover_hi",
+                      "verdict"],
 }
 
 
