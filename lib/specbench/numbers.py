@@ -251,13 +251,19 @@ def story(root=DEFAULT_ROOT) -> Numbers:
           b4_roofline_cost_hi=float(rep4["roofline_cost"].max()),
           b4_cost_word=wording.size_word(float(rep4["measured_cost"].min() - 1)),
           b4_roofline_direction=_direction_phrase(rep4))
+    # Headings say which way the result goes, from the same numbers.
+    b4_against = (n.values.get("b4_mape_eq1", 0) >= n.values.get("b4_mape_blind", np.inf)
+                  or n.values.get("b4_mape_d0", np.inf) < n.values.get("b4_mape_eq1", 0))
+    n.add(b4_heading="Against the thesis: batch 4." if b4_against else "For the thesis: batch 4.")
     floor = host_floor(root)
     if "host_ratio" in floor.values:
         n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
               floor_models=f"from {floor['small_label']} to {floor['large_label']}")
+        n.add(floor_heading=("For the thesis: the host floor." if floor["host_invariance"]
+                             == "model-size invariant" else "Against the thesis: the host floor."))
     else:
         n.add(host_ratio=float("nan"), host_invariance="not measured",
-              floor_models="between model sizes")
+              floor_models="between model sizes", floor_heading="The host floor.")
     return n
 
 
