@@ -44,15 +44,15 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup  ## unit tests only: no engine, no notebooks, no browser, no checks of runs/
-	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not data" tests
+	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm and not data" tests
 
 test-data: setup  ## checks of the committed runs in runs/ (not of the code)
 	$(PY) -m pytest -p no:cacheprovider -m data tests
 
-gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id
+gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id [CUDA_GRAPHS=1] (untested)
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }
 	ENGINE=vllm scripts/setup.sh
-	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)"
+	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)" $(if $(CUDA_GRAPHS),-p cuda_graphs True)
 
 references: setup  ## re-execute the chapters into tests/nbval (after a chapter or run changes)
 	$(PY) scripts/update_references.py

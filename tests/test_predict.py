@@ -35,7 +35,7 @@ def test_hand_computed_headline():
                        "d_roofline": np.nan}])
     out = add_predictions(c).iloc[0]
     assert out["model_pot_ms"] == pytest.approx(12.0)
-    assert out["pred_eq1_ms"] == pytest.approx(20.0 / 2.0)   # αγ+1 = 2, roofline d missing: 0
+    assert np.isnan(out["pred_eq1_ms"])       # no roofline: no eq. 1, never a silent d = 0
     assert out["pred_blind_ms"] == pytest.approx(4.0)
     assert out["d_source"] == "microbenchmark"
 

@@ -78,10 +78,10 @@ def speedup_curves(gammas, alphas=np.linspace(0, 1, 41)) -> pd.DataFrame:
 
 
 def primary_sku(cells: pd.DataFrame) -> str:
-    """The SKU the prose quotes: the one with the most greedy speculative workloads measured
+    """The SKU the prose quotes: the one with the most greedy speculative cells measured
     (ties: the later in the store)."""
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
-    counts = spec.groupby("sku", sort=False)["workload"].nunique()
+    counts = spec.groupby("sku", sort=False).size()
     return counts[counts == counts.max()].index[-1]
 
 
@@ -110,7 +110,7 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
               bench_speedup_hi=float(bb1["speedup"].max()),
               best_category=display_workload(bb1.loc[bb1["speedup"].idxmax(), "workload"]),
               worst_category=display_workload(bb1.loc[bb1["speedup"].idxmin(), "workload"]))
-    bands = band_table(cells[cells["sku"] == sku])
+    bands = band_table(cells)
     n.add(bands_covered=int((bands["cells"] > 0).sum()), bands_total=len(bands),
           interior_drafting=int(((b1["alpha"] > 0.1) & (b1["alpha"] < 0.9)
                                  & (b1["drafting_share"] >= MIN_DRAFTING_SHARE)).sum()))
@@ -146,3 +146,41 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
                 "At temperature 0 the speculative and plain samples are identical",
                 f"statistic {greedy['statistic'].iloc[0]}"))
     return n
+
+
+def spec_bench_reference_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The Spec-Bench leaderboard's published prompt-lookup row beside this project's batch-1
+    speedups per category (every γ measured, and the best). Published values are quoted, not
+    measured here: another model (Vicuna-7B) on another machine (an A100)."""
+    from .reference import SPEC_BENCH_PLD
+    sku = primary_sku(cells)
+    c = cells[(cells["sku"] == sku) & (cells["batch"] == 1) & (cells["gamma"] > 0)
+              & (cells["temperature"] == 0) & cells["workload"].str.startswith("specbench:")]
+    rows = []
+    for category, published in SPEC_BENCH_PLD["speedup"].items():
+        mine = c[c["workload"] == f"specbench:{category}"]
+        row = {"category": category, "published PLD speedup ×": published}
+        for _, r in mine.sort_values("gamma").iterrows():
+            row[f"this project γ={int(r['gamma'])} ×"] = r["speedup"]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.attrs["sku"] = sku
+    table.attrs["runs"] = list(dict.fromkeys(c["run_id"]))
+    return table
+
+
+def temperature_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The sampled (temperature > 0) speculative cells beside their greedy twins: α and speedup.
+    Kept out of the model's evidence while the engine fails the lossless test."""
+    hot = cells[(cells["temperature"] > 0) & (cells["gamma"] > 0)]
+    rows = []
+    for _, r in hot.iterrows():
+        twin = cells[(cells["sku"] == r["sku"]) & (cells["workload"] == r["workload"])
+                     & (cells["batch"] == r["batch"]) & (cells["gamma"] == r["gamma"])
+                     & (cells["temperature"] == 0)]
+        rows.append({"SKU": r["sku_label"], "workload": display_workload(r["workload"]),
+                     "batch": r["batch"], "γ": r["gamma"], "temperature": r["temperature"],
+                     "α": r["alpha"], "speedup ×": r["speedup"],
+                     "greedy α": twin["alpha"].iloc[0] if len(twin) else np.nan,
+                     "greedy speedup ×": twin["speedup"].iloc[0] if len(twin) else np.nan})
+    return pd.DataFrame(rows)

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 
 from . import model
-from .roofline import ModelShape, Sku, verify_overhead
+from .roofline import roofline_status, shape_from_manifest, sku_from_manifest, verify_overhead
 from .runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "manifest_table"]
+__all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "manifest_table",
+           "roofline_of"]
 
 
 def _sku_label(run: Run) -> str:
@@ -21,11 +22,19 @@ def _sku_label(run: Run) -> str:
     the CPU family was stored say so, since one marketing name covers several generations."""
     hw = run.manifest["hardware"]
     if hw.get("gpus"):
-        return hw["gpus"][0]["name"].replace("NVIDIA ", "")
-    family = hw.get("cpu_family")
-    generation = {"25": "Zen 3/4", "26": "Zen 5"}.get(str(family), f"family {family}") \
-        if family is not None else "earlier machine"
-    return f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+        label = hw["gpus"][0]["name"].replace("NVIDIA ", "")
+    else:
+        family = hw.get("cpu_family")
+        generation = {"25": "Zen 3/4", "26": "Zen 5"}.get(str(family), f"family {family}") \
+            if family is not None else "earlier machine"
+        label = f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+    # A SKU without a roofline says so wherever it appears (its roofline d(γ) is empty).
+    return label + (" (no roofline)" if roofline_of(run).startswith("no roofline") else "")
+
+
+def roofline_of(run: Run) -> str:
+    """Where a run's d(γ) comes from, or why it has none (the manifest's 'roofline' line)."""
+    return roofline_status(run.manifest.get("model_shape"), run.manifest.get("roofline_sku"))
 
 
 def latest_per_sku(runs: list[Run]) -> list[Run]:
@@ -38,11 +47,12 @@ def latest_per_sku(runs: list[Run]) -> list[Run]:
 
 
 def _verify_overheads(cells: pd.DataFrame, run: Run) -> pd.Series:
-    """The frozen roofline's d(γ) for each cell, from the shape and ceilings in the manifest."""
-    shape, sku = run.manifest.get("model_shape"), run.manifest.get("roofline_sku")
-    if not shape or not sku:
+    shape = shape_from_manifest(run.manifest.get("model_shape"))
+    sku = sku_from_manifest(run.manifest.get("roofline_sku"))
+    if shape is None or sku is None:
+        # No roofline (unknown GPU or model shape): d(γ) stays missing, and so does every
+        # prediction that needs it — never a silent d = 0. The 'roofline' column says why.
         return pd.Series(np.nan, index=cells.index)
-    shape, sku = ModelShape(**shape), Sku(**sku)
     context = int(cells["prompt_tokens"].mean() + run.manifest["grid"]["max_tokens"] / 2)
     return pd.Series([verify_overhead(shape, sku, int(g), int(b), context)
                       for g, b in zip(cells["gamma"], cells["batch"])], index=cells.index)
@@ -91,6 +101,7 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells = _normalise(cells, run)
         cells["t_base_ms"] = _t_base(cells)
         cells["d_roofline"] = _verify_overheads(cells, run)
+        cells["roofline"] = roofline_of(run)
         frames.append(cells)
     if not frames:
         return pd.DataFrame()
@@ -162,15 +173,16 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
 
 
 def _paper_columns(cells: pd.DataFrame) -> pd.DataFrame:
-    """The source paper's own quantities, with its roofline d, beside the headline model."""
-    d = cells["d_roofline"].fillna(0.0)
+    """The source paper's own quantities, with its roofline d, beside the headline model. A
+    SKU without a roofline gets none of them (never a silent d = 0)."""
+    d = cells["d_roofline"]
     spec = cells["gamma"] > 0
-    cells["pred_speedup"] = model.speedup(cells["alpha"], cells["gamma"], d)
+    closed = cells["alpha"] * cells["gamma"] + 1
+    cells["pred_speedup"] = closed / (1 + d)
     cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["divisor_counters"]
-    cells["alpha_timing"] = np.nan
-    cells.loc[spec, "alpha_timing"] = model.alpha_from_timing(
-        cells.loc[spec, "pot_ms"], cells.loc[spec, "t_base_ms"], cells.loc[spec, "gamma"],
-        d[spec])
+    # Eq. 1 inverted for α (the paper's circular cross-check; see model.alpha_from_timing).
+    cells["alpha_timing"] = ((cells["t_base_ms"] * (1 + d) / cells["pot_ms"] - 1)
+                             / cells["gamma"]).where(spec)
     # Per-cycle residual: measured cycle time minus what eq. 1 charges a cycle.
     cells["cycle_ms"] = cells["pot_ms"] * cells["divisor_counters"]
     cells["residual_ms"] = cells["cycle_ms"] - cells["t_base_ms"] * (1 + d)

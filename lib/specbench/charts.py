@@ -23,7 +23,7 @@ from .tables import SCROLL_HINT
 
 __all__ = ["use_offline_renderer", "fig1_speedup", "fig2_latency", "fig3_shortfall",
            "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
-           "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity"]
+           "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even"]
 
 WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
 WIDTH = 260
@@ -56,12 +56,22 @@ def use_offline_renderer(png: bool = True) -> None:
     alt.renderers.enable("specbench")
 
 
+def regime_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of the two bracketing workloads ('repeat', 'open'), greedy: the figures of the
+    regimes story. Every workload is in the acceptance chapter's figures."""
+    keep = cells["workload"].isin(["repeat", "open"])
+    if "temperature" in cells:
+        keep &= cells["temperature"] == 0
+    return cells[keep]
+
+
 def _shape(cells):
     return alt.Shape("sku_label:N", title="SKU")
 
 
 def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 1: measured speedup over γ=0 versus γ, per workload, SKU and batch."""
+    cells = regime_cells(cells)
     data = cells[["sku_label", "workload", "batch", "gamma", "speedup", "alpha"]]
     base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
                                       axis=alt.Axis(tickMinStep=1)))
@@ -82,6 +92,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
     """Figure 2: measured per-token latency (points) against eq. 1 (curves)."""
+    cells = regime_cells(cells)
     cols = ["sku_label", "workload", "batch", "gamma", "pot_ms"]
     data = pd.concat([
         eq1_curves(cells)[cols].assign(kind="eq. 1"),
@@ -133,6 +144,7 @@ def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
 
 def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
     """Figure 5: timing-derived α (eq. 1 inverted) per SKU, beside the counter α."""
+    cells = regime_cells(cells)
     c = cells[cells["gamma"] > 0]
     long = pd.concat([c.assign(source="timing-derived", value=c["alpha_timing"]),
                       c.assign(source="counter", value=c["alpha"])])
@@ -151,6 +163,7 @@ def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
 
 def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
     """Figure 6: eq. 1 (counter α) versus measured per-token latency, log-log."""
+    cells = regime_cells(cells)
     c = cells[cells["gamma"] > 0]
     lo, hi = 0.8 * min(c["pot_ms"].min(), c["pred_eq1_ms"].min()), 1.25 * max(
         c["pot_ms"].max(), c["pred_eq1_ms"].max())
@@ -236,3 +249,27 @@ def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
                  alt.Tooltip(column, format=".2f")])
     return alt.layer(diagonal, points).properties(
         width=480, height=360, title=f"Parity: {label} against measurement, every cell")
+
+
+def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
+    """Per-position acceptance of each measured workload against the break-even α at the
+    engine's verification overhead v(γ), per SKU and batch (``plan.break_even_table``)."""
+    data = table[["sku", "batch", "workload", "gamma", "v", "break_even_alpha",
+                  "alpha_per_position", "aggregate_r", "measured_speedup"]].rename(
+        columns={"sku": "sku_label"})
+    base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
+                                      axis=alt.Axis(tickMinStep=1)))
+    line = base.mark_line(color="black", strokeDash=[4, 3]).encode(
+        y=alt.Y("break_even_alpha:Q", title="per-position acceptance α",
+                scale=alt.Scale(domain=[0, 1])),
+        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="break-even, SKU"))
+    points = base.mark_point(size=70, filled=True).encode(
+        y="alpha_per_position:Q", color=alt.Color("workload:N"), shape=_shape(data),
+        tooltip=["sku_label", "workload", "batch", "gamma",
+                 alt.Tooltip("v", format=".3f"), alt.Tooltip("break_even_alpha", format=".3f"),
+                 alt.Tooltip("alpha_per_position", title="per-position α", format=".3f"),
+                 alt.Tooltip("aggregate_r", title="accepted/proposed", format=".3f"),
+                 alt.Tooltip("measured_speedup", format=".2f")])
+    return alt.layer(line, points, data=data).properties(width=WIDTH, height=220).facet(
+        column=alt.Column("batch:N", title="batch")).properties(
+        title="Measured acceptance against the break-even at the model's verify overhead")

