@@ -1,10 +1,12 @@
 """A guarded sentence fails the chapter — and so the book build — when the data contradict it.
 
-A copy of the committed run store is perturbed so that one cell drafted fewer than γ tokens;
-the accuracy chapter, executed against that copy ($SPECBENCH_RUNS), must stop with an error
-naming the sentence it would otherwise print.
+A copy of the committed run store is perturbed so that one cell claims more tokens per decode
+step than a step can emit (γ+1: the target's own token plus γ accepted drafts); the regimes
+chapter, executed against that copy ($SPECBENCH_RUNS), must stop with an error naming the
+sentence it would otherwise print.
 """
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -19,7 +21,7 @@ from specbench import numbers
 from specbench.wording import ClaimError
 
 ROOT = Path(__file__).resolve().parents[1]
-SENTENCE = "no step drafted fewer than γ tokens"
+SENTENCE = "a step emits at most γ+1 tokens"
 
 
 def _writable_copy(tmp_path: Path) -> Path:
@@ -31,28 +33,29 @@ def _writable_copy(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def short_draft_store(tmp_path):
+def impossible_store(tmp_path):
     store = _writable_copy(tmp_path)
     first = sorted(store.glob("cpu-amd-epyc-1t-bfloat16/sweep-*/cells.csv"))[-1]
     cells = pd.read_csv(first)
-    i = cells.index[(cells["gamma"] > 0) & (cells["drafts"] > 0)][0]
-    cells.loc[i, "draft_tokens"] -= 1          # one drafting step proposed γ−1 tokens
+    column = "emitted_per_step" if "emitted_per_step" in cells else "tokens_per_step"
+    i = cells.index[(cells["gamma"] > 0) & (cells["workload"] == "repeat")][0]
+    cells.loc[i, column] = cells.loc[i, "gamma"] + 2    # more than γ+1 tokens per step
     cells.to_csv(first, index=False)
     return store
 
 
 def test_the_unperturbed_store_passes_the_guard():
-    assert numbers.accuracy()["no_short_drafts"].startswith(SENTENCE)
+    assert numbers.regimes()["emitted_bound"] == SENTENCE
 
 
-def test_perturbed_run_fails_the_numbers_with_the_sentence(short_draft_store):
-    with pytest.raises(ClaimError, match=SENTENCE):
-        numbers.accuracy(short_draft_store)
+def test_perturbed_run_fails_the_numbers_with_the_sentence(impossible_store):
+    with pytest.raises(ClaimError, match=re.escape(SENTENCE)):
+        numbers.regimes(impossible_store)
 
 
-def test_perturbed_run_fails_the_chapter_build(short_draft_store):
-    notebook = jupytext.read(ROOT / "book" / "accuracy.md")
-    env = {**os.environ, "SPECBENCH_RUNS": str(short_draft_store),
+def test_perturbed_run_fails_the_chapter_build(impossible_store):
+    notebook = jupytext.read(ROOT / "book" / "regimes.md")
+    env = {**os.environ, "SPECBENCH_RUNS": str(impossible_store),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), os.environ.get("PYTHONPATH", "")])}
     client = NotebookClient(notebook, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT / "book")}})

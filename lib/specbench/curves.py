@@ -55,7 +55,10 @@ def shortfall_split(cells: pd.DataFrame, workload: str = "repeat") -> pd.DataFra
     ``value``): the measured speedup, the share lost to d(γ), and the rest (the residual).
     The parts sum to αγ+1 exactly; a negative residual means the cell beat eq. 1."""
     cells = _greedy(cells)
-    c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
+    c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)
+              & np.isfinite(cells["speedup"])].copy()
+    if "temperature" in c:   # greedy cells: the sampled ones have no αγ+1 to split
+        c = c[c["temperature"].fillna(0) == 0]
     ideal = c["alpha"] * c["gamma"] + 1
     d = roofline_d(c)
     device = ideal - ideal / (1 + d)
