@@ -75,8 +75,11 @@ TABLE_COLUMNS = {
     "levels.csv": ["workload", "gamma", "mode", "concurrency", "request_rate", "p50_itl_ms",
                    "p95_itl_ms", "p99_itl_ms", "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
                    "p95_tpot_ms", "goodput", "qualified_tokens_per_s", "mean_running"],
-    "requests.csv": ["workload", "gamma", "mode", "level", "ttft_ms", "tpot_ms", "output_len",
-                     "good"],
+    "serving/requests.csv": ["workload", "gamma", "mode", "level", "ttft_ms", "tpot_ms",
+                             "output_len", "good"],
+    # sweep runs: one row per request per timed call (specbench.sweep.request_rows)
+    "sweep/requests.csv": ["workload", "gamma", "batch", "arm", "rep", "request",
+                           "output_tokens", "pot_ms"],
     "speedup.csv": ["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"],
     "crossover.csv": ["workload", "gamma", "crossover", "crossover_lo", "crossover_hi",
                       "verdict"],
@@ -190,12 +193,13 @@ class Run:
     # -- reading ------------------------------------------------------------------------
     def table(self, name: str) -> pd.DataFrame:
         if name not in self._tables:
-            self._tables[name] = read_table(self.path / name)
+            self._tables[name] = read_table(self.path / name, self.manifest.get("kind"))
         return self._tables[name]
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """Read one of the run tables and check its columns, naming the file and column."""
+def read_table(path: Path, kind: str | None = None) -> pd.DataFrame:
+    """Read one of the run tables and check its columns, naming the file and column. Tables
+    whose name two run kinds share are checked against the columns of the run's ``kind``."""
     path = Path(path)
     try:
         frame = pd.read_csv(path)
@@ -203,7 +207,7 @@ def read_table(path: Path) -> pd.DataFrame:
         raise
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise RunSchemaError(f"{path}: not a readable CSV table ({exc})") from exc
-    for column in TABLE_COLUMNS.get(path.name, []):
+    for column in TABLE_COLUMNS.get(f"{kind}/{path.name}", TABLE_COLUMNS.get(path.name, [])):
         if column not in frame.columns:
             raise RunSchemaError(f"{path}: missing column {column!r}")
     numeric = {"gamma", "batch", "pot_ms", "ttft_ms", "n_reps", "rep", "output_tokens",
