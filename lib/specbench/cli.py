@@ -3,7 +3,6 @@ harness, ``specbench runs`` lists what is stored. ``specbench <command> --help``
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 
@@ -40,7 +39,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                    help=f"one of {', '.join(cliargs.DTYPES)} (bfloat16)")
     p.add_argument("--root", type=cliargs.store_root, default="runs",
                    help="run store folder (runs)")
-    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder,
+    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
                    help="finish an interrupted run in place (no grid flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
 

@@ -16,12 +16,11 @@ validation; :func:`main` turns it into the same usage line and exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 __all__ = ["DTYPES", "UsageError", "positive_int", "nonnegative_int", "int_list", "gamma_list",
            "batch_list", "choice_list", "dtype", "existing_path", "existing_dir", "store_root", "model_ref",
-           "run_folder", "reject_with", "explicitly_set"]
+           "run_folder", "run_folder_of", "reject_with", "explicitly_set"]
 
 # The dtypes the engine and the roofline microbenchmark both understand.
 DTYPES = ("bfloat16", "float16", "float32")
@@ -142,17 +141,28 @@ def model_ref(text: str) -> str:
     return text
 
 
-def run_folder(text: str) -> Path:
-    """An existing run folder: one with a readable manifest.json."""
+def run_folder(text: str, kind: str | None = None) -> Path:
+    """An existing run folder whose manifest opens (valid JSON, every field present), of
+    ``kind`` when given."""
+    from .runs import RunSchemaError, open_run
     path = existing_dir(text)
-    manifest = path / "manifest.json"
-    if not manifest.is_file():
+    if not (path / "manifest.json").is_file():
         _fail(f"{text!r} has no manifest.json — not a run folder (runs/<sku>/<run-id>/)")
     try:
-        json.loads(manifest.read_text())
-    except (ValueError, OSError) as exc:
-        _fail(f"{manifest}: not valid JSON ({exc})")
+        run = open_run(path)
+    except RunSchemaError as exc:
+        _fail(str(exc))
+    if kind and run.manifest["kind"] != kind:
+        _fail(f"{text!r} is a {run.manifest['kind']} run, not a {kind} run")
     return path
+
+
+def run_folder_of(kind: str):
+    """:func:`run_folder` restricted to one kind of run, as an argparse type."""
+    def parse(text: str) -> Path:
+        return run_folder(text, kind)
+    parse.__name__ = f"{kind} run folder"
+    return parse
 
 
 def explicitly_set(parser: argparse.ArgumentParser, args: argparse.Namespace,
