@@ -13,7 +13,7 @@ import pandas as pd
 
 from . import model
 from .roofline import ModelShape, Sku, verify_overhead
-from .runs import DEFAULT_ROOT, Run, load_runs
+from .runs import DEFAULT_ROOT, Run, RunSchemaError, load_runs
 
 __all__ = ["sweep_cells", "predict", "accuracy_table", "headline", "manifest_table"]
 
@@ -46,14 +46,29 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
             warnings.warn(f"{run.path}: no successful cell (causes in cells.csv, column "
                           "'error'); run skipped", stacklevel=2)
             continue
+        _check_reps_match_cells(run, cells)
         cells.insert(0, "run_id", run.run_id)
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))
         cells.insert(3, "model", run.manifest["model"]["name"])
         frames.append(predict(cells, run))
     if not frames:
-        raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
+        raise FileNotFoundError(f"no complete sweep run with a successful cell under {root}/ "
+                                "— run `specbench sweep`")
     return pd.concat(frames, ignore_index=True)
+
+
+def _check_reps_match_cells(run: Run, cells: pd.DataFrame) -> None:
+    """Each successful cell's repetitions are all in reps.csv: a table that lost rows (cut at
+    a line end, which no parser notices) is refused instead of read as a shorter one."""
+    counts = run.table("reps.csv").groupby(["workload", "gamma", "batch"]).size()
+    for cell in cells.itertuples():
+        have = int(counts.get((cell.workload, cell.gamma, cell.batch), 0))
+        if have != int(cell.n_reps):
+            raise RunSchemaError(
+                f"{run.path / 'reps.csv'}: {have} rows for γ={cell.gamma} {cell.workload} "
+                f"b{cell.batch}, but cells.csv says n_reps={int(cell.n_reps)} (truncated or out "
+                "of step with cells.csv)")
 
 
 def _verify_overheads(cells: pd.DataFrame, run: Run) -> pd.Series:

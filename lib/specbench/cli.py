@@ -52,9 +52,10 @@ def config_from_args(args):
                        root=str(args.root), notes=args.notes)
 
 
-def _fail(message: str, status: int = 1) -> int:
-    """A one-line error for what is not a usage error (damaged run, full disk)."""
-    print(f"specbench: error: {message}", file=sys.stderr)
+def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
+    """A one-line error for what is not a usage error (damaged run, full disk); on a line of
+    its own after a progress bar."""
+    print(f"{chr(10) if after_bar else ''}specbench: error: {message}", file=sys.stderr)
     return status
 
 
@@ -130,11 +131,11 @@ def _sweep(parser: argparse.ArgumentParser, args) -> int:
               f"kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
         return 130
     except RunSchemaError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), after_bar=True)
     except OSError as exc:
         where = getattr(exc, "run_path", None)
         hint = f"; the run is resumable: specbench sweep --resume {where}" if where else ""
-        return _fail(f"{exc}{hint}")
+        return _fail(f"{exc}{hint}", after_bar=True)
     print(run.path)
     failed = run.table("cells.csv").query("status != 'ok'")
     if len(failed):

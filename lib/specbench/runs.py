@@ -249,12 +249,13 @@ class Run:
             if not path.exists():
                 raise RunSchemaError(f"{path}: missing — the run {self.path} has no {name}"
                                      + ("" if self.complete else " (it was never finished)"))
+            frame = read_table(path)  # first: its errors name the column at fault
             expected = self.manifest.get("files", {}).get(name)
             if expected and sha256_file(path) != expected["sha256"]:
                 raise RunSchemaError(
                     f"{path}: changed since the run closed ({path.stat().st_size} bytes, the "
                     f"manifest's files/{name} records {expected['bytes']}; truncated or edited)")
-            self._tables[name] = read_table(path)
+            self._tables[name] = frame
         return self._tables[name]
 
 

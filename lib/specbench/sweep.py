@@ -179,24 +179,27 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     model = cfg.resolved_model()
     if not resume:
         run = create_run(Path(cfg.root), _manifest(cfg, model))
+    done = run.parts()
+    todo = [c for c in cfg.cells() if cell_key(*c) not in done]
+    bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
+               desc="sweep", disable=not progress)
     with faults.Interrupts() as interrupts:
         try:
-            _measure(run, cfg, model, progress, interrupts)
+            _measure(run, cfg, model, todo, bar, interrupts)
+            bar.close()
             finalize(run, cfg, close)
         except KeyboardInterrupt:
             raise SweepInterrupted(run.path, len(run.parts()), len(cfg.cells())) from None
         except OSError as exc:
             exc.run_path = run.path
             raise
+        finally:
+            bar.close()  # before any message: the bar's line is finished, not overwritten
     return run
 
 
-def _measure(run: Run, cfg: SweepConfig, model: str, progress: bool, interrupts) -> None:
-    """Every cell not yet in the run's parts, one engine per γ."""
-    done = run.parts()
-    todo = [c for c in cfg.cells() if cell_key(*c) not in done]
-    bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
-               desc="sweep", disable=not progress)
+def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts) -> None:
+    """Every cell in ``todo``, one engine per γ, each written as a part when done."""
     for gamma in sorted({g for g, _, _ in todo}):
         cells = [(w, b) for g, w, b in todo if g == gamma]
         try:
@@ -222,7 +225,6 @@ def _measure(run: Run, cfg: SweepConfig, model: str, progress: bool, interrupts)
                                   engine_startup_s=round(engine.startup_s, 2))
                 run.write_part(cell_key(gamma, w, b), record)
                 bar.update()
-    bar.close()
 
 
 def _failure(gamma, workload, batch, exc) -> dict:
@@ -240,8 +242,7 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     run.write_table("cells.csv", cells)
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
-                              "cells_flagged_loaded": int(cells["loaded"].fillna(False)
-                                                          .astype(bool).sum())})
+                              "cells_flagged_loaded": int((cells["loaded"] == True).sum())})  # noqa: E712
     if close:
         run.finish()
 
