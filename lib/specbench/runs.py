@@ -54,9 +54,14 @@ MANIFEST_SCHEMA = {
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},
         "finished_at": {"type": ["string", "null"]},
-        "code": {"type": "object", "required": ["revision"]},
-        "model": {"type": "object", "required": ["name", "weights_sha256", "tokenizer_sha256"]},
-        "engine": {"type": "object", "required": ["name", "version", "settings"]},
+        "code": {"type": "object", "required": ["revision"],
+                 "properties": {"revision": {"type": "string"}}},
+        "model": {"type": "object", "required": ["name", "weights_sha256", "tokenizer_sha256"],
+                  "properties": {"name": {"type": "string"}, "path": {"type": "string"}}},
+        "engine": {"type": "object", "required": ["name", "version", "settings"],
+                   "properties": {"name": {"type": "string"}, "version": {"type": "string"},
+                                  "settings": {"type": "object"}}},
+        "dtype": {"type": "string"},
         "hardware": {"type": "object"},
         "grid": {"type": "object"},
         "files": {"type": "object", "additionalProperties": {
@@ -271,8 +276,12 @@ def read_table(path: Path) -> pd.DataFrame:
     if raw and not raw.endswith(b"\n"):
         raise RunSchemaError(f"{path}: truncated (the last line ends without a newline)")
     try:
-        frame = pd.read_csv(io.BytesIO(raw))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        with warnings.catch_warnings():
+            # a row longer than the header: pandas warns and drops data; refuse it instead
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(io.BytesIO(raw), index_col=False)
+    except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError,
+            UnicodeDecodeError) as exc:
         raise RunSchemaError(f"{path}: not a readable CSV table ({exc})") from exc
     for column in TABLE_COLUMNS.get(path.name, []):
         if column not in frame.columns:
@@ -287,6 +296,7 @@ def read_table(path: Path) -> pd.DataFrame:
             row = int(bad.idxmax())
             raise RunSchemaError(f"{path}: column {column!r} row {row + 2} is not a number: "
                                  f"{frame[column][row]!r}")
+        frame[column] = values  # numeric even when empty (a sweep whose every cell failed)
     required = [(c, frame.index) for c in REQUIRED_VALUES.get(path.name, [])]
     if path.name == "cells.csv":
         bad_status = ~frame["status"].isin(["ok", "failed"])
