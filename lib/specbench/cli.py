@@ -130,6 +130,10 @@ def _sweep(parser: argparse.ArgumentParser, args) -> int:
         print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} cells "
               f"kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # before the run folder existed (hardware probe, roofline)
+        print("\nspecbench: interrupted before the run started; nothing was written",
+              file=sys.stderr)
+        return 130
     except RunSchemaError as exc:
         return _fail(str(exc), after_bar=True)
     except OSError as exc:
