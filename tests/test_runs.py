@@ -91,5 +91,6 @@ def test_load_runs_skips_incomplete_and_filters_kind(tmp_path):
     runs.create_run(tmp_path, _manifest())                  # still running
     other = runs.create_run(tmp_path, _manifest(kind="hostfloor"))
     other.finish()
-    assert [r.path for r in runs.load_runs(tmp_path, kind="sweep")] == [done.path]
+    with pytest.warns(runs.IncompleteRunWarning, match="incomplete run"):
+        assert [r.path for r in runs.load_runs(tmp_path, kind="sweep")] == [done.path]
     assert len(runs.load_runs(tmp_path, include_incomplete=True)) == 3
