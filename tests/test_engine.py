@@ -131,6 +131,9 @@ def test_killed_and_interrupted_sweep_resumes_without_losing_a_cell(tmp_path):
     first.wait(until=lambda: list(root.glob("*/*/manifest.json")) and first.descendants)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.wait()
+    # Nothing runs in a SIGKILLed process; whether vLLM's engine process notices its parent
+    # is gone is vLLM's business. Report it, then reap the group before the next start.
+    print("left after SIGKILL during engine start:", first.survivors(grace=5.0))
     first.reap()
     (run_dir,) = [m.parent for m in root.glob("*/*/manifest.json")]
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"
