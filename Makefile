@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: help setup measure overhead book book-from-runs test test-fast gpu-sweep references clean-book
+.PHONY: help setup measure measure-acceptance overhead book book-from-runs test test-fast gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -15,6 +15,18 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 measure: setup  ## measure on this machine: the γ-sweep and the host-floor profile (new runs)
 	$(PY) -m specbench.notebooks sweep
 	$(PY) -m specbench.notebooks host_floor
+
+# Acceptance across its range: Spec-Bench categories and the project's edit/repeat/open workloads
+# (paired baseline), the kernel microbenchmark behind the model's d, the lossless test at
+# temperature > 0 and the temperature cells. About 45 minutes on the 2-core reference CPU.
+SPEC_BENCH_WORKLOADS := '["repeat","open","edit","specbench:multi-turn","specbench:translation","specbench:summarization","specbench:qa","specbench:math_reasoning","specbench:rag"]'
+measure-acceptance: setup  ## Spec-Bench sweep, kernel microbenchmark, lossless test (~45 min)
+	$(PY) -m specbench.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
+	    -p max_tokens 64 -p reps 2
+	$(PY) -m specbench.cli microbench
+	$(PY) -m specbench.cli lossless
+	$(PY) -m specbench.notebooks sweep -p workloads '["repeat","edit"]' -p gammas '[0,4]' \
+	    -p batches '[1]' -p temperatures '[0.5]' -p max_tokens 64 -p reps 2
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli overhead
@@ -32,12 +44,12 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup  ## unit tests only: no engine, no notebooks, no browser
-	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser" tests
+	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm" tests
 
-gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id
+gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id [CUDA_GRAPHS=1] (untested)
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }
 	ENGINE=vllm scripts/setup.sh
-	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)"
+	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)" $(if $(CUDA_GRAPHS),-p cuda_graphs True)
 
 references: setup  ## re-execute the chapters into tests/nbval (after a chapter or run changes)
 	$(PY) scripts/update_references.py

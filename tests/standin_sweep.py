@@ -29,11 +29,15 @@ class StandInEngine:
     def __exit__(self, *exc):
         pass
 
-    def encode_chat(self, messages):
+    def close(self):
+        pass
+
+    def encode_chat(self, messages, continue_final=True):
         return [1, 2, 3]
 
     def generate(self, prompts, max_tokens, sampling=None, read_counters=True):
         g = self.settings.gamma
+        max_tokens = max_tokens[0] if isinstance(max_tokens, list) else max_tokens
         delta = SpecCounters(10, 10 * g, 8 * g, (8,) * g) if g else None
         if delta:
             self.total = SpecCounters(self.total.drafts + 10, self.total.draft_tokens + 10 * g,
@@ -42,7 +46,7 @@ class StandInEngine:
         return Generation(wall_s=1.0, ttft_s=[0.1] * n, decode_s=[0.9 / (1 + g)] * n,
                           output_tokens=[max_tokens] * n, token_ids=[[5] * max_tokens] * n,
                           texts=["x"] * n, counters=delta,
-                          counters_after=self.total if g else None)
+                          counters_after=self.total if g else None, iterations=None)
 
 
 def stand_in_contract(kind, model, dtype):

@@ -27,8 +27,16 @@ BAD = [
     (["sweep", "--gammas", "0,2,2"], ["--gammas", "repeated"]),
     (["sweep", "--batches", "0"], ["--batches", "batch must be a whole number >= 1"]),
     (["sweep", "--batches", "1,abc"], ["--batches", "whole numbers"]),
-    (["sweep", "--workloads", "repeat,poetry"], ["--workloads", "'poetry'", "repeat"]),
-    (["sweep", "--workloads", ""], ["--workloads", "repeat"]),
+    (["sweep", "--workloads", "repeat,poetry"], ["unknown workload 'poetry'", "repeat"]),
+    (["sweep", "--workloads", ""], ["workloads must name at least one workload"]),
+    (["sweep", "--workload-file", "/no/such.jsonl"], ["--workload-file", "no such file"]),
+    (["sweep", "--workload-file", "{empty}"], ["--workload-file", "not a file"]),
+    (["sweep", "--spec-bench", "/no/question.jsonl"], ["--spec-bench", "no such file"]),
+    (["sweep", "--prompts", "0"], ["--prompts", ">= 1"]),
+    (["sweep", "--seed", "-3"], ["--seed", ">= 0"]),
+    (["sweep", "--temperatures", "3"], ["temperature must be in [0, 2]"]),
+    (["sweep", "--temperatures", "hot"], ["--temperatures", "numbers"]),
+    (["sweep", "--speculative-method", "eagle"], ["--speculative-method", "'eagle'", "ngram"]),
     (["sweep", "--max-tokens", "0"], ["--max-tokens", ">= 1"]),
     (["sweep", "--max-tokens", "1"], ["max_tokens must be >= 2"]),
     (["sweep", "--max-tokens", "ten"], ["--max-tokens", "whole number"]),
@@ -52,6 +60,7 @@ BAD = [
     (["sweep", "--resume", "{run}", "--gammas", "0,2"], ["--resume", "--gammas"]),
     (["sweep", "--resume", "{run}", "--dtype", "float32"], ["--resume", "--dtype"]),
     (["sweep", "--resume", "{run}", "--root", "{root}"], ["--resume", "--root"]),
+    (["sweep", "--resume", "{run}", "--unpaired"], ["--resume", "--unpaired"]),
     # argparse's own: unknown flag, missing value, unknown command, no command
     (["sweep", "--gama", "2"], ["unrecognized arguments", "--gama"]),
     (["sweep", "--notes"], ["--notes", "expected one argument"]),
@@ -62,6 +71,14 @@ BAD = [
     (["overhead", "--pairs", "x"], ["--pairs", "whole number"]),
     (["overhead", "--model", "/no/such/model"], ["--model", "no such checkpoint folder"]),
     (["overhead", "--root", "{file}"], ["--root", "is a file"]),
+    # microbench, lossless
+    (["microbench", "--gammas", "2"], ["--gammas", "must include 0"]),
+    (["microbench", "--dtype", "int8"], ["--dtype", "'int8'"]),
+    (["microbench", "--repeats", "0"], ["--repeats", ">= 1"]),
+    (["microbench", "--model", "{empty}"], ["--model", "no config.json"]),
+    (["lossless", "--gamma", "0"], ["--gamma", ">= 1"]),
+    (["lossless", "--samples", "-1"], ["--samples", ">= 1"]),
+    (["lossless", "--dtype", "float16"], ["--dtype", "invalid choice"]),
     # runs
     (["runs", "--root", "/no/such/store"], ["--root", "no such file or folder"]),
     (["runs", "--root", "{file}"], ["--root", "not a folder"]),
@@ -105,7 +122,8 @@ def _tree(base: Path) -> set:
 def _invoke(argv, places):
     argv = [a.format(**places) for a in argv]
     # Commands that write get a --root in the temporary folder, so a stray run would show.
-    if argv and argv[0] in ("sweep", "overhead") and "--root" not in argv \
+    if argv and argv[0] in ("sweep", "overhead", "microbench", "lossless") \
+            and "--root" not in argv \
             and "--resume" not in argv:
         argv += ["--root", places["root"]]
     return argv, subprocess.run([sys.executable, "-m", "specbench.cli", *argv],

@@ -64,10 +64,6 @@ def _drop_column(lines, column):
             for line in lines]
 
 
-def _forget_checksums(run_dir):
-    _edit_manifest(run_dir, lambda m: m.pop("files"))
-
-
 DAMAGES = {
     "manifest is not JSON": (
         lambda d: (d / "manifest.json").write_text('{"kind": "sweep", "sku"'),
@@ -117,9 +113,12 @@ DAMAGES = {
     "reps.csv cut at a line end": (
         lambda d: _edit_csv(d, "reps.csv", lambda ls: ls[:-1]),
         r"reps.csv: changed since the run closed"),
-    "reps.csv cut at a line end, run without checksums": (
-        lambda d: (_edit_csv(d, "reps.csv", lambda ls: ls[:-1]), _forget_checksums(d)),
-        r"reps.csv: 1 rows for γ=2 repeat b1, but cells.csv says n_reps=2"),
+    "requests.csv cut mid-line": (
+        lambda d: (d / "requests.csv").write_bytes((d / "requests.csv").read_bytes()[:-7]),
+        r"requests.csv: truncated"),
+    "requests.csv cut at a line end": (
+        lambda d: _edit_csv(d, "requests.csv", lambda ls: ls[:-2]),
+        r"requests.csv: changed since the run closed"),
 }
 
 
@@ -132,6 +131,8 @@ def test_each_damage_is_named_by_file_and_field(store, damage):
         runs.load_runs(root)
         analysis.sweep_cells(root)                     # what every chapter calls first
         analysis.manifest_table(runs.load_runs(root))
+        for table in sorted(run_dir.glob("*.csv")):  # any other reader of the run's tables
+            runs.open_run(run_dir).table(table.name)
     text = str(err.value)
     assert "\n" not in text and str(run_dir) in text   # one line, naming the run's file
 

@@ -60,11 +60,16 @@ class StandInEngine:
     def __exit__(self, *exc):
         pass
 
-    def encode_chat(self, messages):
+    def close(self):
+        pass
+
+    def encode_chat(self, messages, continue_final=True):
         return [1, 2, 3]
 
     def generate(self, prompts, max_tokens, sampling=None, read_counters=True):
         g = self.settings.gamma
+        max_tokens = max_tokens[0] if isinstance(max_tokens, list) else max_tokens
+        sampling = sampling[0] if isinstance(sampling, list) else sampling
         if g == 2 and sampling and sampling.get("repetition_penalty", 1) > 1:
             raise RuntimeError("cell failed")
         delta = SpecCounters(10, 10 * g, 8 * g, (8,) * g) if g else None
@@ -74,7 +79,8 @@ class StandInEngine:
         n = len(prompts)
         return Generation(wall_s=1.0, ttft_s=[0.1] * n, decode_s=[0.9 / (1 + g)] * n,
                           output_tokens=[max_tokens] * n, token_ids=[[5] * max_tokens] * n,
-                          texts=["x"] * n, counters=delta, counters_after=self.total if g else None)
+                          texts=["x"] * n, counters=delta, counters_after=self.total if g else None,
+                          iterations=None)
 
 
 def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, model_dir, monkeypatch):
@@ -89,35 +95,79 @@ def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, model_dir, m
     run = sweep.run_sweep(cfg, progress=False)
     assert run.complete
     cells = run.table("cells.csv")
-    assert len(cells) == 12
+    # Paired: γ>0 cells are the units of work (8), and the γ=0 rows come from the base calls
+    # of the cells that ran (repeat at batch 1 and 4).
+    assert len(cells) == 10
     failed = cells[cells["status"] == "failed"]
     assert set(failed["gamma"]) == {2, 3} and len(failed) == 6
     assert failed["error"].str.contains("would not start").sum() == 4
     ok = cells[(cells["status"] == "ok") & (cells["gamma"] == 2)]
     assert (ok["alpha"] == 0.8).all() and (ok["speedup"] > 1).all()
-    assert ok["counters_in_line"].all()
-    assert len(run.table("reps.csv")) == 6 * 2
+    assert ok["counters_in_line"].all() and ok["paired"].all()
+    zero = cells[cells["gamma"] == 0]
+    assert set(zero["workload"]) == {"repeat"} and (zero["speedup"] == 1).all()
+    # two ok cells × two arms (base, spec) × two repetitions
+    assert len(run.table("reps.csv")) == 2 * 2 * 2
+    requests = run.table("requests.csv")
+    assert set(requests["arm"]) == {"base", "spec"}
     assert load_runs(tmp_path / "runs") and run.path.parent.name == "cpu-test-1t-bfloat16"
 
 
+def _record(g, outputs, drafts, accepted, base_outputs=((1, 2, 3),), engine_steps=None):
+    """A paired batch-1 cell of one request, one repetition, in the part format."""
+    def call(arm, outs, counters, steps):
+        return {"arm": arm, "rep": 0, "call": 0, "ids": ["repeat/0"], "wall_s": 1.0,
+                "pot_ms": [10.0 / (1 + g) if arm == "spec" else 10.0], "ttft_ms": [5.0],
+                "decode_s": [1.0], "output_tokens": [11], "iterations": steps,
+                "loadavg_1m": 0.5, "foreign_cores": 0.0, "counters": counters,
+                "draft_tokens_cumulative": drafts * g if counters else None,
+                "outputs": [list(o) for o in outs],
+                "output_sha256": [sweep._hash(list(o)) for o in outs]}
+    counters = {"drafts": drafts, "draft_tokens": drafts * g, "accepted_tokens": accepted,
+                "accepted_per_pos": ""}
+    return {"status": "ok", "workload": "repeat", "gamma": g, "batch": 1, "temperature": 0.0,
+            "store_outputs": True,
+            "requests": [{"id": "repeat/0", "prompt_tokens": 100, "max_tokens": 11}],
+            "calls": [call("base", base_outputs, None, None),
+                      call("spec", outputs, counters, engine_steps)]}
+
+
 def test_summarize_compares_outputs_and_derives_rates():
-    def part(g, outputs, drafts, accepted):
-        reps = [{"rep": 0, "pot_ms": 10.0 / (1 + g), "ttft_ms": 5.0, "decode_s": 1.0,
-                 "wall_s": 1.0, "output_tokens": 11, "loadavg_1m": 0.5, "foreign_cores": 0.0,
-                 "drafts": drafts, "draft_tokens": drafts * g, "accepted_tokens": accepted,
-                 "accepted_per_pos": "", "draft_tokens_cumulative": drafts * g}]
-        return {"status": "ok", "workload": "repeat", "gamma": g, "batch": 1, "reps": reps,
-                "outputs": outputs, "prompt_tokens": [100]}
-    reps, cells = sweep.summarize({"a": part(0, [[1, 2, 3]], 0, 0),
-                                   "b": part(2, [[1, 2, 3]], 4, 6),
-                                   "c": part(4, [[1, 9, 3]], 3, 12)})
+    reps, cells = sweep.summarize({"b": _record(2, [[1, 2, 3]], 4, 6),
+                                   "c": _record(4, [[1, 9, 3]], 3, 12)})
     cells = cells.set_index("gamma")
     assert cells.loc[2, "outputs_equal"] and not cells.loc[4, "outputs_equal"]
     assert cells.loc[4, "first_mismatch"] == 1
     assert cells.loc[2, "alpha"] == 0.75 and cells.loc[2, "mean_acceptance_length"] == 2.5
     # 10 decoded tokens, 6 of them accepted drafts: 4 steps of 2.5 tokens
-    assert cells.loc[2, "tokens_per_step"] == 2.5
+    assert cells.loc[2, "emitted_per_step"] == 2.5
+    assert cells.loc[2, "drafting_share"] == 1.0
     # 3 drafting steps accepted all 12 drafts, but max_tokens kept only 10 tokens: still 3 steps
-    assert cells.loc[4, "tokens_per_step"] == pytest.approx(10 / 3)
+    assert cells.loc[4, "emitted_per_step"] == pytest.approx(10 / 3)
     assert cells.loc[2, "speedup"] == pytest.approx(3.0)
+    # the γ=0 row is the paired base
+    assert cells.loc[0, "pot_ms"] == 10.0 and cells.loc[0, "speedup"] == 1.0
     assert not cells["loaded"].any()
+
+
+def test_no_draft_cell_has_alpha_zero_and_one_token_per_step():
+    _, cells = sweep.summarize({"b": _record(4, [[1, 2, 3]], 0, 0)})
+    cell = cells.set_index("gamma").loc[4]
+    assert cell["alpha"] == 0 and cell["draft_tokens"] == 0
+    assert cell["emitted_per_step"] == 1.0 and cell["drafting_share"] == 0.0
+
+
+@pytest.mark.parametrize("decoded, drafts, accepted, gamma, engine_steps, expected", [
+    (10, 4, 6, 2, None, (4, False)),     # no cut: steps = decoded − accepted
+    (10, 3, 12, 4, None, (3, False)),    # cut: every step drafted, so at least `drafts`
+    (10, 3, 9, 4, 5, (4, True)),         # vLLM's step counter: 5 engine steps, one prefill
+    (10, 3, 9, 4, 99, (3, False)),       # a step count outside the counters' bounds is ignored
+])
+def test_decode_steps_handles_the_cut_off(decoded, drafts, accepted, gamma, engine_steps,
+                                          expected):
+    assert sweep.decode_steps(decoded, drafts, accepted, gamma, engine_steps) == expected
+
+
+def test_cell_keys_name_temperature_and_sources():
+    assert sweep.cell_key(4, "specbench:qa", 1) == "g4-specbench-qa-b1"
+    assert sweep.cell_key(4, "repeat", 1, 0.5) == "g4-repeat-b1-t0.5"

@@ -22,9 +22,10 @@ from specbench.runs import open_run
 import standin_sweep
 
 HERE = Path(__file__).resolve().parent
-GRID = ["--gammas", "0,2", "--batches", "1", "--workloads", "repeat,open", "--reps", "2",
+GRID = ["--gammas", "0,2,4", "--batches", "1", "--workloads", "repeat,open", "--reps", "2",
         "--warmup", "0", "--max-tokens", "8"]
-CELLS = 4
+CELLS = 4        # units of work: γ=2 and γ=4 × two workloads (γ=0 runs paired beside them)
+TABLE_CELLS = 6  # cells.csv adds the two γ=0 rows derived from the paired base calls
 
 
 def _env(**extra):
@@ -89,9 +90,9 @@ def test_sigkill_at_each_point_then_resume_completes(tmp_path, model, fault, par
     assert {k: after[k] for k in before} == before    # finished cells are not redone
     assert len(after) == CELLS and not list(run_dir.rglob(".*.tmp"))
     run = open_run(run_dir)
-    assert run.complete and len(run.table("cells.csv")) == CELLS
+    assert run.complete and len(run.table("cells.csv")) == TABLE_CELLS
     assert (run.table("cells.csv")["status"] == "ok").all()
-    assert len(run.table("reps.csv")) == CELLS * 2
+    assert len(run.table("reps.csv")) == CELLS * 2 * 2   # cells × arms × reps
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, model):
@@ -128,7 +129,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, model):
     assert "Resume with: specbench sweep --resume" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("victim, parts_kept", [(".g2-open-b1.json.", 3),
+@pytest.mark.parametrize("victim, parts_kept", [(".g4-open-b1.json.", 3),
                                                 (".cells.csv.", CELLS)])
 def test_full_disk_names_the_file_and_keeps_earlier_parts(tmp_path, model, monkeypatch,
                                                           victim, parts_kept, capsys):
@@ -185,7 +186,7 @@ class _HalfThenFull:
 def test_every_cell_failing_still_closes_the_run_with_each_cause(tmp_path, model, monkeypatch):
     standin_sweep.install(monkeypatch)
     monkeypatch.setenv("STANDIN_FAIL", "start")
-    cfg = sweep.SweepConfig(model=str(model), gammas=(0, 2), batches=(1,), reps=1, warmup=0,
+    cfg = sweep.SweepConfig(model=str(model), gammas=(0, 2, 4), batches=(1,), reps=1, warmup=0,
                             max_tokens=8, root=str(tmp_path / "runs"))
     run = sweep.run_sweep(cfg, progress=False)
     assert run.complete
@@ -194,7 +195,7 @@ def test_every_cell_failing_still_closes_the_run_with_each_cause(tmp_path, model
     assert cells["error"].str.contains("RuntimeError: stand-in engine for γ=").all()
     assert run.table("reps.csv").empty
     with pytest.warns(UserWarning, match="no successful cell"):
-        with pytest.raises(FileNotFoundError, match="no complete sweep run with a successful"):
+        with pytest.raises(FileNotFoundError, match="no complete sweep run"):
             analysis.sweep_cells(tmp_path / "runs")
 
 

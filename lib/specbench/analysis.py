@@ -12,17 +12,31 @@ import numpy as np
 import pandas as pd
 
 from . import model
-from .roofline import ModelShape, Sku, verify_overhead
-from .runs import DEFAULT_ROOT, Run, RunSchemaError, load_runs
+from .roofline import roofline_status, shape_from_manifest, sku_from_manifest, verify_overhead
+from .runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["sweep_cells", "predict", "accuracy_table", "headline", "manifest_table"]
+__all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "manifest_table",
+           "roofline_of"]
 
 
 def _sku_label(run: Run) -> str:
+    """A short display name: GPU, or CPU generation + threads + dtype. Runs recorded before
+    the CPU family was stored say so, since one marketing name covers several generations."""
     hw = run.manifest["hardware"]
     if hw.get("gpus"):
-        return hw["gpus"][0]["name"].replace("NVIDIA ", "")
-    return f"CPU {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+        label = hw["gpus"][0]["name"].replace("NVIDIA ", "")
+    else:
+        family = hw.get("cpu_family")
+        generation = {"25": "Zen 3/4", "26": "Zen 5"}.get(str(family), f"family {family}") \
+            if family is not None else "earlier machine"
+        label = f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+    # A SKU without a roofline says so wherever it appears (its roofline d(γ) is empty).
+    return label + (" (no roofline)" if roofline_of(run).startswith("no roofline") else "")
+
+
+def roofline_of(run: Run) -> str:
+    """Where a run's d(γ) comes from, or why it has none (the manifest's 'roofline' line)."""
+    return roofline_status(run.manifest.get("model_shape"), run.manifest.get("roofline_sku"))
 
 
 def latest_per_sku(runs: list[Run]) -> list[Run]:
@@ -34,77 +48,150 @@ def latest_per_sku(runs: list[Run]) -> list[Run]:
     return list(latest.values())
 
 
-def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
-    """The cells of the latest complete sweep of every SKU (of every run with ``all_runs``),
-    with run, SKU and model columns and the predictions of :func:`predict`."""
-    frames = []
-    runs = load_runs(root, kind="sweep")
-    for run in runs if all_runs else latest_per_sku(runs):
-        cells = run.table("cells.csv")
-        cells = cells[cells["status"] == "ok"].copy()
-        if cells.empty:  # every cell failed: nothing to predict, and nothing silently drawn
-            warnings.warn(f"{run.path}: no successful cell (causes in cells.csv, column "
-                          "'error'); run skipped", stacklevel=2)
-            continue
-        _check_reps_match_cells(run, cells)
-        cells.insert(0, "run_id", run.run_id)
-        cells.insert(1, "sku", run.sku)
-        cells.insert(2, "sku_label", _sku_label(run))
-        cells.insert(3, "model", run.manifest["model"]["name"])
-        frames.append(predict(cells, run))
-    if not frames:
-        raise FileNotFoundError(f"no complete sweep run with a successful cell under {root}/ "
-                                "— run `specbench sweep`")
-    return pd.concat(frames, ignore_index=True)
-
-
-def _check_reps_match_cells(run: Run, cells: pd.DataFrame) -> None:
-    """Each successful cell's repetitions are all in reps.csv: a table that lost rows (cut at
-    a line end, which no parser notices) is refused instead of read as a shorter one."""
-    counts = run.table("reps.csv").groupby(["workload", "gamma", "batch"]).size()
-    for cell in cells.itertuples():
-        have = int(counts.get((cell.workload, cell.gamma, cell.batch), 0))
-        if have != int(cell.n_reps):
-            raise RunSchemaError(
-                f"{run.path / 'reps.csv'}: {have} rows for γ={cell.gamma} {cell.workload} "
-                f"b{cell.batch}, but cells.csv says n_reps={int(cell.n_reps)} (truncated or out "
-                "of step with cells.csv)")
-
-
 def _verify_overheads(cells: pd.DataFrame, run: Run) -> pd.Series:
-    shape, sku = run.manifest.get("model_shape"), run.manifest.get("roofline_sku")
-    if not shape or not sku:
+    shape = shape_from_manifest(run.manifest.get("model_shape"))
+    sku = sku_from_manifest(run.manifest.get("roofline_sku"))
+    if shape is None or sku is None:
+        # No roofline (unknown GPU or model shape): d(γ) stays missing, and so does every
+        # prediction that needs it — never a silent d = 0. The 'roofline' column says why.
         return pd.Series(np.nan, index=cells.index)
-    shape, sku = ModelShape(**shape), Sku(**sku)
     context = int(cells["prompt_tokens"].mean() + run.manifest["grid"]["max_tokens"] / 2)
     return pd.Series([verify_overhead(shape, sku, int(g), int(b), context)
                       for g, b in zip(cells["gamma"], cells["batch"])], index=cells.index)
 
 
-def predict(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
-    """Add t_base, d(γ), eq. 1, the acceptance-blind rival, errors and residuals."""
-    cells = cells.copy()
-    base = cells[cells["gamma"] == 0].set_index(["workload", "batch"])["pot_ms"]
-    cells["t_base_ms"] = [base.get((w, b), np.nan) for w, b in zip(cells["workload"], cells["batch"])]
-    cells["d"] = _verify_overheads(cells, run)
-    d = cells["d"].fillna(0.0)
-    cells["pred_eq1_ms"] = model.per_token_latency(cells["t_base_ms"], cells["alpha"],
-                                                   cells["gamma"], d)
-    cells["pred_blind_ms"] = model.device_pass_latency(cells["t_base_ms"], cells["gamma"])
-    # The exact divisor from counters and token counts: tokens emitted per decode step.
-    cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["tokens_per_step"]
-    cells["err_eq1_pct"] = model.cell_errors(cells["pred_eq1_ms"], cells["pot_ms"])
-    cells["err_blind_pct"] = model.cell_errors(cells["pred_blind_ms"], cells["pot_ms"])
-    cells["pred_speedup"] = model.speedup(cells["alpha"], cells["gamma"], d)
+def _normalise(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """Cells of any run version in today's columns (older runs lack the newer ones)."""
+    c = cells.copy()
+    defaults = {"temperature": 0.0, "paired": False, "drafting_share": np.nan,
+                "base_pot_ms": np.nan, "n_requests": 1, "steps_exact": False}
+    for col, value in defaults.items():
+        if col not in c:
+            c[col] = value
+    c["temperature"] = c["temperature"].fillna(0.0)
+    if "decode_steps" not in c:
+        # Older runs stored tokens per step; their decoded tokens give the step count back.
+        decoded = c["n_reps"] * c["batch"] * (run.manifest["grid"]["max_tokens"] - 1)
+        c["decode_steps"] = decoded / c["emitted_per_step"]
+    c["drafting_share"] = c["drafting_share"].fillna(
+        (c["drafts"] / c["decode_steps"]).where(c["gamma"] > 0, 0.0))
+    return c
+
+
+def _t_base(cells: pd.DataFrame) -> pd.Series:
+    """Paired base where measured, else the γ=0 cell of the same run, workload, batch, T."""
+    zero = cells[cells["gamma"] == 0].set_index(["run_id", "workload", "batch", "temperature"])
+    unpaired = [zero["pot_ms"].get(k, np.nan) for k in
+                cells[["run_id", "workload", "batch", "temperature"]].itertuples(index=False)]
+    return cells["base_pot_ms"].where(cells["paired"].astype(bool) & cells["base_pot_ms"].notna(),
+                                      pd.Series(unpaired, index=cells.index))
+
+
+def _latest_cells(runs: list[Run]) -> pd.DataFrame:
+    """Per SKU, the latest cell of each (workload, γ, batch, temperature) across its runs, so
+    a Spec-Bench run does not hide the 'repeat'/'open' cells of an earlier one."""
+    frames = []
+    for run in runs:  # oldest first
+        cells = run.table("cells.csv")
+        cells = cells[cells["status"] == "ok"].copy()
+        if cells.empty:  # every cell failed: nothing to predict, and nothing silently drawn
+            warnings.warn(f"{run.path}: no successful cell (causes in cells.csv, column "
+                          "'error'); run skipped", stacklevel=3)
+            continue
+        # Runs before the rename store the measured divisor as tokens_per_step.
+        cells = cells.rename(columns={"tokens_per_step": "emitted_per_step"})
+        cells.insert(0, "run_id", run.run_id)
+        cells.insert(1, "sku", run.sku)
+        cells.insert(2, "sku_label", _sku_label(run))
+        cells.insert(3, "model", run.manifest["model"]["name"])
+        cells = _normalise(cells, run)
+        cells["t_base_ms"] = _t_base(cells)
+        cells["d_roofline"] = _verify_overheads(cells, run)
+        cells["roofline"] = roofline_of(run)
+        frames.append(cells)
+    if not frames:
+        return pd.DataFrame()
+    every = pd.concat(frames, ignore_index=True)
+    key = ["sku", "workload", "gamma", "batch", "temperature"]
+    return every.drop_duplicates(key, keep="last").reset_index(drop=True)
+
+
+def _micro_d(cells: pd.DataFrame, root) -> pd.Series:
+    """d from the latest microbenchmark run of each SKU: extra kernel time over t_base."""
+    out = pd.Series(np.nan, index=cells.index)
+    latest = {r.sku: r for r in load_runs(root, kind="microbench")}
+    for sku, run in latest.items():
+        delta = run.table("verify.csv").set_index(["batch", "gamma"])["delta_ms"]
+        mine = cells["sku"] == sku
+        out[mine] = [delta.get((b, g), np.nan) / t for b, g, t in
+                     zip(cells.loc[mine, "batch"], cells.loc[mine, "gamma"],
+                         cells.loc[mine, "t_base_ms"])]
+    return out
+
+
+def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per request of the batch-1 paired cells: its paired base, divisor and drafting share,
+    from the run whose cell :func:`sweep_cells` keeps."""
+    from .sweep import decode_steps
+    rows = []
+    keep = None if cells is None else set(zip(cells["run_id"], cells["workload"],
+                                              cells["gamma"], cells["batch"]))
+    for run in load_runs(root, kind="sweep"):
+        if not (run.path / "requests.csv").exists():
+            continue
+        r = run.table("requests.csv")
+        r = r[r["batch"] == 1]
+        spec, base = r[(r["arm"] == "spec") & (r["gamma"] > 0)], r[r["arm"] == "base"]
+        base_ms = base.groupby(["workload", "gamma", "temperature", "request"])["pot_ms"].median()
+        first = spec[spec["rep"] == spec["rep"].min()]
+        for _, q in first.iterrows():
+            if keep is not None and (run.run_id, q["workload"], q["gamma"], 1) not in keep:
+                continue
+            steps, _ = decode_steps(q["output_tokens"] - 1, int(q["drafts"]),
+                                    int(q["accepted_tokens"]), int(q["gamma"]),
+                                    q.get("engine_steps"))
+            rows.append({"sku": run.sku, "workload": q["workload"], "gamma": q["gamma"],
+                         "batch": 1, "temperature": q["temperature"], "request": q["request"],
+                         "base_ms": base_ms.get((q["workload"], q["gamma"], q["temperature"],
+                                                 q["request"]), np.nan),
+                         "divisor": (q["output_tokens"] - 1) / steps,
+                         "share": q["drafts"] / steps})
+    return pd.DataFrame(rows)
+
+
+def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
+    """One table of predictions: per SKU, the latest cell of each (workload, γ, batch,
+    temperature) across that SKU's sweep runs (every cell of every run with ``all_runs``),
+    with run, SKU and model columns, the measured ``pot_ms`` and the headline model's
+    ``model_pot_ms`` with its rivals and ablations (:mod:`specbench.predict`)."""
+    from .predict import add_predictions
+    runs = load_runs(root, kind="sweep")
+    if all_runs:
+        frames = [_latest_cells([run]) for run in runs]
+        cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    else:
+        cells = _latest_cells(runs)
+    if cells.empty:
+        raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
+    cells["divisor_counters"] = cells["emitted_per_step"]
+    cells["d_micro"] = _micro_d(cells, root)
+    return _paper_columns(add_predictions(cells, request_predictors(root, cells)))
+
+
+def _paper_columns(cells: pd.DataFrame) -> pd.DataFrame:
+    """The source paper's own quantities, with its roofline d, beside the headline model. A
+    SKU without a roofline gets none of them (never a silent d = 0)."""
+    d = cells["d_roofline"]
     spec = cells["gamma"] > 0
-    cells["alpha_timing"] = np.nan
-    cells.loc[spec, "alpha_timing"] = model.alpha_from_timing(
-        cells.loc[spec, "pot_ms"], cells.loc[spec, "t_base_ms"], cells.loc[spec, "gamma"],
-        d[spec])
-    # Per-cycle host residual: measured cycle time minus what eq. 1 charges a cycle.
-    cycle_ms = cells["pot_ms"] * (cells["alpha"] * cells["gamma"] + 1)
-    cells["cycle_ms"] = cycle_ms
-    cells["residual_ms"] = cycle_ms - cells["t_base_ms"] * (1 + d)
+    closed = cells["alpha"] * cells["gamma"] + 1
+    cells["pred_speedup"] = closed / (1 + d)
+    cells["pred_exact_ms"] = cells["t_base_ms"] * (1 + d) / cells["divisor_counters"]
+    # Eq. 1 inverted for α (the paper's circular cross-check; see model.alpha_from_timing).
+    cells["alpha_timing"] = ((cells["t_base_ms"] * (1 + d) / cells["pot_ms"] - 1)
+                             / cells["gamma"]).where(spec)
+    # Per-cycle residual: measured cycle time minus what eq. 1 charges a cycle.
+    cells["cycle_ms"] = cells["pot_ms"] * cells["divisor_counters"]
+    cells["residual_ms"] = cells["cycle_ms"] - cells["t_base_ms"] * (1 + d)
     return cells
 
 

@@ -114,6 +114,7 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
 def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
     """Figure 3: ideal αγ+1 versus measured speedup; the gap split into d(γ) and host residual."""
     c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
+    c = c[c["d"].notna()]   # a SKU without a roofline has no d(γ) to split the gap by
     ideal = c["alpha"] * c["gamma"] + 1
     device = ideal - ideal / (1 + c["d"].fillna(0.0))
     host = ideal / (1 + c["d"].fillna(0.0)) - c["speedup"]
@@ -193,3 +194,46 @@ def fig_economics(alphas=np.linspace(0, 0.99, 100), k: int = 4, c: float = 0.05,
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black").encode(y="y:Q")
     return (line + one).properties(width=340, height=240,
                                    title="Break-even moves right as verification costs more")
+
+
+def speedup_vs_alpha(cells: pd.DataFrame) -> alt.LayerChart:
+    """Measured paired speedup against counter α over every greedy speculative cell, with the
+    closed form αγ+1 per γ (every step drafting, d = 0)."""
+    from .acceptance import display_workload, speedup_curves
+    spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)].assign(
+        workload=lambda c: c["workload"].map(display_workload),
+        drafting=lambda c: c["drafting_share"].round(2))
+    curves = speedup_curves(sorted(spec["gamma"].unique()))
+    lines = alt.Chart(curves).mark_line(strokeDash=[4, 3], color="gray").encode(
+        x="alpha:Q", y="speedup:Q", detail="gamma:N")
+    points = alt.Chart(spec).mark_point(filled=True, size=70).encode(
+        x=alt.X("alpha:Q", title="counter α (accepted / drafted)",
+                scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("speedup:Q", title="measured speedup (paired γ=0 / γ)"),
+        color=alt.Color("workload:N", title="workload"),
+        shape=alt.Shape("batch:N", title="batch"),
+        size=alt.Size("drafting:Q", title="drafting share", scale=alt.Scale(range=[30, 200])),
+        tooltip=["sku_label", "workload", "batch", "gamma", alt.Tooltip("alpha", format=".2f"),
+                 alt.Tooltip("drafting_share", format=".2f"),
+                 alt.Tooltip("speedup", format=".2f")])
+    return alt.layer(lines, points).properties(
+        width=520, height=320, title="Speedup against acceptance: dashed lines αγ+1 per γ")
+
+
+def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
+           label: str = "headline model") -> alt.LayerChart:
+    """Predicted against measured per-token latency over every evaluated cell (log axes)."""
+    from .acceptance import display_workload
+    spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)].assign(
+        workload=lambda c: c["workload"].map(display_workload))
+    lo, hi = float(spec[["pot_ms", column]].min().min()), float(spec[["pot_ms", column]].max().max())
+    diagonal = alt.Chart(pd.DataFrame({"x": [lo, hi]})).mark_line(color="gray").encode(
+        x="x:Q", y="x:Q")
+    points = alt.Chart(spec).mark_point(filled=True, size=60).encode(
+        x=alt.X("pot_ms:Q", title="measured per-token latency (ms)", scale=alt.Scale(type="log")),
+        y=alt.Y(f"{column}:Q", title=f"{label} (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("workload:N"), shape=alt.Shape("sku_label:N", title="SKU"),
+        tooltip=["sku_label", "workload", "batch", "gamma", alt.Tooltip("pot_ms", format=".2f"),
+                 alt.Tooltip(column, format=".2f")])
+    return alt.layer(diagonal, points).properties(
+        width=480, height=360, title=f"Parity: {label} against measurement, every cell")

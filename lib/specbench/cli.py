@@ -1,5 +1,8 @@
-"""Command line: ``specbench sweep`` measures a run, ``specbench overhead`` benchmarks the
-harness, ``specbench runs`` lists what is stored. ``specbench <command> --help`` for details."""
+"""Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
+engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
+``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored,
+``specbench cluster`` runs a notebook's grid on Slurm. ``specbench <command> --help`` for
+details."""
 from __future__ import annotations
 
 import argparse
@@ -8,14 +11,25 @@ import sys
 
 from . import cliargs
 
-# The sweep flags a resumed run ignores (it keeps the grid it was started with).
-GRID_FLAGS = ["--model", "--gammas", "--batches", "--workloads", "--max-tokens", "--warmup",
-              "--reps", "--dtype"]
+# The sweep flags a resumed run may not take: it keeps the settings it was started with.
+RESUME_CONFLICTS = ["--model", "--gammas", "--batches", "--workloads", "--workload-file",
+                    "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
+                    "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
+                    "--cuda-graphs", "--async-scheduling", "--speculative-method"]
 
 
-def _workload_names():
-    from .workloads import WORKLOADS
-    return WORKLOADS
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}")
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
@@ -27,8 +41,23 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                    help="speculative tokens γ (must include 0), default 0,2,4,6")
     p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4),
                    help="batch sizes, default 1,4")
-    p.add_argument("--workloads", type=cliargs.choice_list(_workload_names),
-                   default=("repeat", "open"), help="default repeat,open")
+    p.add_argument("--workloads", default="repeat,open",
+                   help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
+                        "translation, summarization, qa, math_reasoning, rag); default repeat,open")
+    p.add_argument("--workload-file", action="append", default=[], metavar="FILE.jsonl",
+                   type=cliargs.existing_file,
+                   help="your own prompts in vLLM's custom-dataset format (one JSON object per "
+                        "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
+                        "--workloads as file:FILE.jsonl")
+    p.add_argument("--prompts", type=cliargs.positive_int, default=4, help="prompts per cell: the first K of a "
+                   "workload that fit the context (4)")
+    p.add_argument("--temperatures", type=_floats, default=(0.0,),
+                   help="sampling temperatures, comma list (default 0: greedy); seeded")
+    p.add_argument("--seed", type=cliargs.nonnegative_int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
+                   "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file, help="Spec-Bench question file "
+                   "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
     p.add_argument("--max-tokens", type=cliargs.positive_int, default=128,
                    help="new tokens per request (128)")
     p.add_argument("--warmup", type=cliargs.nonnegative_int, default=DEFAULT_WARMUP,
@@ -40,16 +69,114 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=cliargs.store_root, default="runs",
                    help="run store folder (runs)")
     p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
-                   help="finish an interrupted run in place (no grid flags with it)")
+                   help="finish an interrupted run in place (no other sweep flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
 
 
 def config_from_args(args):
     from .sweep import SweepConfig
+    names = [w for w in args.workloads.split(",") if w] if args.workloads else []
+    names += [f"file:{f}" for f in args.workload_file]
     return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
-                       workloads=tuple(args.workloads), max_tokens=args.max_tokens,
+                       workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype,
-                       root=str(args.root), notes=args.notes)
+                       root=str(args.root),
+                       notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
+                           description="Measure the γ × batch × workload grid with the real "
+                           "vLLM engine and write one immutable run. Interrupted? Re-run with "
+                           "--resume RUN_DIR.")
+    _sweep_args(sweep)
+    over = sub.add_parser("overhead", help="benchmark the cost of the in-line counter reads")
+    over.add_argument("--model", type=cliargs.model_ref)
+    over.add_argument("--pairs", type=cliargs.positive_int, default=8,
+                      help="alternating pairs (8)")
+    over.add_argument("--root", type=cliargs.store_root, default="runs")
+    micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
+                           "(the verify cost d of the headline model)",
+                           description="Microbenchmark the linear layers vLLM's CPU backend "
+                           "dispatches (and attention) at N and N(γ+1) rows, one thread pinned "
+                           "to core 0; writes a 'microbench' run.")
+    micro.add_argument("--model", type=cliargs.model_ref)
+    micro.add_argument("--dtype", type=cliargs.dtype, default="bfloat16")
+    micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
+    micro.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
+    micro.add_argument("--context", type=cliargs.positive_int, default=900,
+                       help="cached tokens (900)")
+    micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
+                       help="timed calls per kernel (30)")
+    micro.add_argument("--root", type=cliargs.store_root, default="runs")
+    loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
+                          "distribution unchanged (temperature > 0)",
+                          description="Seeded samples of one prompt with and without n-gram "
+                          "speculation at each temperature, and a permutation test of "
+                          "equal distributions; writes a 'lossless' run.")
+    loss.add_argument("--model", type=cliargs.model_ref)
+    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
+    loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
+    loss.add_argument("--samples", type=cliargs.positive_int, default=48,
+                      help="samples per arm (48)")
+    loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
+                      help="compared positions (24)")
+    loss.add_argument("--root", type=cliargs.store_root, default="runs")
+    lst = sub.add_parser("runs", help="list the runs in the store")
+    lst.add_argument("--root", type=cliargs.existing_dir, default="runs")
+    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
+                         "(submit, status, collect, resubmit)")
+    from .cluster import add_arguments as _cluster_arguments
+    _cluster_arguments(clu)
+    args = parser.parse_args(argv)
+
+    if args.command == "sweep":
+        return _sweep(sweep, args)
+    elif args.command == "overhead":
+        from .overhead import run_overhead
+        run = run_overhead(model=args.model, pairs=args.pairs, root=str(args.root))
+        print(run.path)
+    elif args.command == "microbench":
+        from .microbench import MicrobenchConfig, run_microbench
+        cfg = MicrobenchConfig(model=args.model, dtype=args.dtype, batches=args.batches,
+                               gammas=args.gammas, context=args.context,
+                               repeats=args.repeats, root=str(args.root))
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(run_microbench(cfg).path)
+    elif args.command == "lossless":
+        from .lossless import LosslessConfig, run_lossless
+        cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
+                             temperatures=args.temperatures, samples=args.samples,
+                             tokens=args.tokens, root=str(args.root))
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(run_lossless(cfg).path)
+    elif args.command == "cluster":
+        from .cluster import main as cluster_main
+        return cluster_main(args, clu)
+    elif args.command == "runs":
+        return _list_runs(args.root)
+    return 0
 
 
 def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
@@ -77,52 +204,18 @@ def _list_runs(root) -> int:
     return status
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
-                           description="Measure the γ × batch × workload grid with the real "
-                           "vLLM engine and write one immutable run. Interrupted? Re-run with "
-                           "--resume RUN_DIR.")
-    _sweep_args(sweep)
-    over = sub.add_parser("overhead", help="benchmark the cost of the in-line counter reads")
-    over.add_argument("--model", type=cliargs.model_ref,
-                      help="checkpoint folder or hub id (default: the embedded model)")
-    over.add_argument("--pairs", type=cliargs.positive_int, default=8,
-                      help="alternating pairs (8)")
-    over.add_argument("--root", type=cliargs.store_root, default="runs")
-    lst = sub.add_parser("runs", help="list the runs in the store")
-    lst.add_argument("--root", type=cliargs.existing_dir, default="runs")
-    args = parser.parse_args(argv)
-
-    from .runs import RunSchemaError
-    if args.command == "sweep":
-        return _sweep(sweep, args)
-    if args.command == "overhead":
-        from .overhead import run_overhead
-        try:
-            run = run_overhead(model=args.model, pairs=args.pairs, root=str(args.root))
-        except RunSchemaError as exc:
-            return _fail(str(exc))
-        print(run.path)
-    elif args.command == "runs":
-        return _list_runs(args.root)
-    return 0
-
-
 def _sweep(parser: argparse.ArgumentParser, args) -> int:
     from .runs import RunSchemaError
     from .sweep import SweepInterrupted, run_sweep
-    cliargs.reject_with(parser, args, "--resume", GRID_FLAGS + ["--root", "--notes"],
+    cliargs.reject_with(parser, args, "--resume", RESUME_CONFLICTS,
                         "a resumed run keeps the settings it was started with")
+    cfg = None
     if args.resume is None:
         cfg = config_from_args(args)
         try:
             cfg.validate()
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
-    else:
-        cfg = None
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         run = run_sweep(cfg, resume=args.resume)
@@ -141,14 +234,15 @@ def _sweep(parser: argparse.ArgumentParser, args) -> int:
         hint = f"; the run is resumable: specbench sweep --resume {where}" if where else ""
         return _fail(f"{exc}{hint}", after_bar=True)
     print(run.path)
-    failed = run.table("cells.csv").query("status != 'ok'")
+    cells = run.table("cells.csv")
+    failed = cells[cells["status"] != "ok"]
     if len(failed):
-        print(f"specbench: {len(failed)} of {len(run.table('cells.csv'))} cells failed "
-              f"(causes in {run.path / 'cells.csv'}, column 'error'):", file=sys.stderr)
+        print(f"specbench: {len(failed)} of {len(cells)} cells failed (causes in "
+              f"{run.path / 'cells.csv'}, column 'error'):", file=sys.stderr)
         for _, cell in failed.iterrows():
             print(f"  γ={cell['gamma']} {cell['workload']} b{cell['batch']}: {cell['error']}",
                   file=sys.stderr)
-    return 1 if len(failed) == len(run.table("cells.csv")) else 0
+    return 1 if len(failed) == len(cells) else 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 __all__ = ["DTYPES", "UsageError", "positive_int", "nonnegative_int", "int_list", "gamma_list",
-           "batch_list", "choice_list", "dtype", "existing_path", "existing_dir", "store_root", "model_ref",
+           "batch_list", "choice_list", "dtype", "existing_path", "existing_file", "existing_dir", "store_root", "model_ref",
            "run_folder", "run_folder_of", "reject_with", "explicitly_set"]
 
 # The dtypes the engine and the roofline microbenchmark both understand.
@@ -111,6 +111,13 @@ def existing_path(text: str) -> Path:
     if not path.exists():
         _fail(f"no such file or folder: {text!r}")
     return path
+
+
+def existing_file(text: str) -> str:
+    """An existing file (returned as given)."""
+    if not existing_path(text).is_file():
+        _fail(f"not a file: {text!r}")
+    return text
 
 
 def existing_dir(text: str) -> Path:

@@ -1,170 +1,39 @@
 """The host floor: split a decode step into compute time and host-exposed time.
 
-**Differencing.** The same decode is profiled twice, generating 1 and N tokens. Everything
-paid once per call — engine warmup, scheduling of the request, prefill, load — appears in both
-and cancels in the difference; what remains is N−1 decode steps. Dividing by N−1 gives the
-per-step wall time and the per-step compute time; the host-exposed time is their difference.
+The measurement and the public API; the parts live in their own modules and are re-exported
+here, so ``specbench.hostfloor.<name>`` keeps working:
 
-* **CPU** (runs here): the same multi-process vLLM engine the sweep times, with vLLM's own
-  torch profiler in the engine-core worker (``profiler_config``); "compute" is the summed
-  self time of the worker's operators in the families of :data:`COMPUTE_FAMILIES` (one
-  place, tested). Wall time is taken by the caller around the call, so host-exposed time
-  includes the scheduler, the inter-process hops and the output processing.
-* **GPU** (nsys): the paper's method. :func:`nsys_command` traces the whole vLLM process tree,
-  "compute" is the summed GPU kernel time, read from ``nsys stats`` CSV
-  (:func:`read_kernel_summary_csv`) or the SQLite export (:func:`read_kernel_sqlite`).
+* :mod:`specbench.decompose` — differencing of a 1-token and an N-token profile
+  (:class:`StepProfile`, :func:`difference`, :func:`decompose`);
+* :mod:`specbench.profiler` — **CPU**: vLLM's own torch profiler in the engine-core worker;
+  "compute" is the self time of the operators in :data:`COMPUTE_FAMILIES`;
+* :mod:`specbench.nsys` — **GPU**: the paper's method; each profile is one child process
+  (``python -m specbench.hostfloor --child``) under ``nsys profile``, "compute" is its summed
+  GPU kernel time, the wall is the child's clock around the timed call.
 """
 from __future__ import annotations
 
-import csv
-import io
-import math
+import json
 import re
 import shutil
-import sqlite3
-import subprocess
-from dataclasses import dataclass
+import sys
 from pathlib import Path
 
-__all__ = ["COMPUTE_FAMILIES", "classify", "StepProfile", "difference", "profile_cpu_decode",
-           "nsys_available", "nsys_command", "nsys_stats_command", "read_kernel_summary_csv",
-           "read_kernel_sqlite", "NsysFormatError", "random_weight_model"]
+from .decompose import HOST_FAMILY, OUTSIDE_OPERATORS, StepProfile, decompose, difference
+from .nsys import (NSYS_ENV, NsysFormatError, nsys_available, nsys_command, nsys_stats_command,
+                   read_kernel_sqlite, read_kernel_summary_csv, run_nsys)
+from .profiler import COMPUTE_FAMILIES, classify, profile_cpu_decode, read_trace, self_times
 
-# Operator families, matched in order against the profiler's operator names. Everything a
-# family lists is arithmetic on tensors; "compute" is the sum of these families' self time.
-# Unmatched operators (copies, views, allocation, indexing, Python-side glue) count as host:
-# they are the per-step bookkeeping the paper calls the host/scheduler term.
-COMPUTE_FAMILIES: dict[str, str] = {
-    "matmul": r"\b(mm|addmm|bmm|matmul|linear|gemm|onednn|dnnl|mkl|brgemm)\b|_mm\b|gemm|onednn",
-    "attention": r"attention|attn|sdpa|flash|paged",
-    "normalisation": r"norm",
-    "activation": r"silu|gelu|relu|act_and_mul|sigmoid",
-    "rotary": r"rotary|rope",
-    "embedding": r"embedding",
-    "sampling": r"argmax|topk|top_k|sort|softmax|sample|multinomial|logits",
-    "elementwise": r"aten::(add|mul|sub|div|rsqrt|pow|exp|neg|mean|sum|max|min|where|clamp)_?$",
-}
-HOST_FAMILY = "host/other"
-OUTSIDE_OPERATORS = "host: outside any operator"
-_COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in COMPUTE_FAMILIES.items()]
-
-
-def classify(op_name: str) -> str:
-    """The family of one profiler operator name (``HOST_FAMILY`` when none matches)."""
-    for family, pattern in _COMPILED:
-        if pattern.search(op_name):
-            return family
-    return HOST_FAMILY
-
-
-@dataclass(frozen=True)
-class StepProfile:
-    """Totals of one profiled call generating ``tokens`` tokens (milliseconds)."""
-    tokens: int
-    wall_ms: float
-    families_ms: dict[str, float]
-
-    @property
-    def compute_ms(self) -> float:
-        return sum(v for k, v in self.families_ms.items() if k != HOST_FAMILY)
-
-
-def difference(short: StepProfile, long: StepProfile) -> dict:
-    """Per-step decomposition from two profiles of the same decode (1 and N tokens)."""
-    steps = long.tokens - short.tokens
-    if steps <= 0:
-        raise ValueError(f"the long profile must generate more tokens than the short one, got "
-                         f"{long.tokens} and {short.tokens}")
-    wall = (long.wall_ms - short.wall_ms) / steps
-    compute = (long.compute_ms - short.compute_ms) / steps
-    families = {f: (long.families_ms.get(f, 0.0) - short.families_ms.get(f, 0.0)) / steps
-                for f in sorted(set(long.families_ms) | set(short.families_ms))}
-    return {"steps": steps, "wall_ms": wall, "compute_ms": compute,
-            "host_ms": wall - compute, "host_share": (wall - compute) / wall,
-            "families_ms": families}
-
-
-# -- CPU: vLLM's torch profiler in the engine-core worker ------------------------------------
-
-def self_times(trace_events: list[dict]) -> dict[str, float]:
-    """Self time in ms per operator name from Chrome-trace ``cpu_op`` events.
-
-    Operators nest (``aten::linear`` calls ``aten::addmm``); an operator's self time is its
-    duration less that of the operators directly inside it, per thread."""
-    ops = sorted((e for e in trace_events if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
-                 key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
-    totals: dict[str, float] = {}
-    stack: list[list] = []  # [end, name, self_us, thread]
-    for event in ops:
-        thread, start, end = (event["pid"], event["tid"]), event["ts"], event["ts"] + event["dur"]
-        while stack and (stack[-1][3] != thread or stack[-1][0] <= start):
-            _, name, own, _ = stack.pop()
-            totals[name] = totals.get(name, 0.0) + own
-        if stack:
-            stack[-1][2] -= event["dur"]
-        stack.append([end, event["name"], float(event["dur"]), thread])
-    for _, name, own, _ in stack:
-        totals[name] = totals.get(name, 0.0) + own
-    return {name: us / 1e3 for name, us in totals.items()}
-
-
-def read_trace(path: Path) -> list[dict]:
-    """The events of a torch profiler Chrome trace (``.json`` or ``.json.gz``)."""
-    import gzip
-    import json
-
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt") as f:
-            return json.load(f)["traceEvents"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise ValueError(f"{path}: not a torch profiler Chrome trace ({exc})") from exc
-
-
-def _wait_until_quiet(folder: Path, deadline: float, quiet_s: float = 1.5) -> None:
-    """Wait until no file in ``folder`` has changed for ``quiet_s``: the worker writes the
-    trace and its summary table after stop_profile returns, and a timed call must not
-    overlap that work."""
-    import time
-
-    while time.time() < deadline:
-        newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
-        if time.time() - newest > quiet_s:
-            return
-        time.sleep(0.3)
-
-
-def profile_cpu_decode(engine, prompt_ids: list[int], tokens: int, timeout_s: float = 120):
-    """Profile one greedy call of ``tokens`` new tokens in the engine's worker."""
-    import time
-
-    trace_dir = Path(engine.settings.profiler_dir)
-    before = set(trace_dir.glob("*.json*"))
-    engine.llm.start_profile()
-    start = time.perf_counter()
-    engine.generate([prompt_ids], tokens, read_counters=False)
-    wall = time.perf_counter() - start
-    engine.llm.stop_profile()
-    deadline = time.time() + timeout_s
-    while not (new := sorted(set(trace_dir.glob("*.json*")) - before)):
-        if time.time() > deadline:
-            raise TimeoutError(f"{trace_dir}: the profiler wrote no trace in {timeout_s} s")
-        time.sleep(0.2)
-    _wait_until_quiet(trace_dir, deadline)
-    families: dict[str, float] = {}
-    for name, ms in self_times(read_trace(new[-1])).items():
-        family = classify(name)
-        families[family] = families.get(family, 0.0) + ms
-    for path in new:
-        path.unlink()
-    return StepProfile(tokens, 1e3 * wall, families)
+__all__ = ["COMPUTE_FAMILIES", "classify", "StepProfile", "difference", "decompose",
+           "profile_cpu_decode", "profile_gpu_decode", "nsys_available", "nsys_command",
+           "nsys_stats_command", "read_kernel_summary_csv", "read_kernel_sqlite",
+           "NsysFormatError", "random_weight_model", "run_host_floor", "method", "HOST_FAMILY",
+           "OUTSIDE_OPERATORS", "self_times", "read_trace", "NSYS_ENV", "run_nsys"]
 
 
 def random_weight_model(shape: dict, tokenizer_from: Path, folder: Path) -> Path:
     """A checkpoint folder with a config of ``shape`` and no weights, for vLLM's
     ``load_format="dummy"`` (random weights): timing only, never acceptance."""
-    import json
     folder.mkdir(parents=True, exist_ok=True)
     config = json.loads((Path(tokenizer_from) / "config.json").read_text())
     config.update(shape)
@@ -176,129 +45,76 @@ def random_weight_model(shape: dict, tokenizer_from: Path, folder: Path) -> Path
     return folder
 
 
-# -- GPU: nsys -------------------------------------------------------------------------------
+# -- GPU: one nsys-profiled child process per profile --------------------------------------
 
-class NsysFormatError(ValueError):
-    """An nsys report that cannot be read; the message names the file."""
-
-
-def nsys_available() -> bool:
-    return shutil.which("nsys") is not None
-
-
-def nsys_command(output: str, command: list[str]) -> list[str]:
-    """Trace a vLLM process tree: the EngineCore runs in a forked child, and CUDA graphs (if
-    any) are traced node by node."""
-    return ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--trace-fork-before-exec=true",
-            "--cuda-graph-trace=node", "--force-overwrite=true", "-o", output, *command]
+def report_name(label: str, rep: int, tokens: int) -> str:
+    """A report name of its own for every (model, repetition, tokens): nsys must never find
+    an earlier profile's report or SQLite export under the name it is asked to write."""
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    return f"{slug}-rep{rep}-decode{tokens}"
 
 
-def nsys_stats_command(report: str, prefix: str, legacy: bool = False) -> list[str]:
-    """Kernel summary as CSV (``cuda_gpu_kern_sum``; ``gpukernsum`` on older nsys)."""
-    name = "gpukernsum" if legacy else "cuda_gpu_kern_sum"
-    return ["nsys", "stats", "--report", name, "--format", "csv", "--output", prefix, report]
+def child_command(model: str, load_format: str, tokens: int, result: Path) -> list[str]:
+    return [sys.executable, "-m", "specbench.hostfloor", "--child", "--model", model,
+            "--load-format", load_format, "--tokens", str(tokens), "--result", str(result)]
 
 
-def read_kernel_summary_csv(path: Path) -> float:
-    """Total GPU kernel time in ms from an ``nsys stats`` kernel-summary CSV (either report)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as exc:
-        raise NsysFormatError(f"{path}: not a text CSV ({exc})") from exc
-    # nsys may print notices before the header; the table starts at the 'Time' column header.
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if "Total Time" in line), None)
-    if start is None:
-        raise NsysFormatError(f"{path}: no 'Total Time (ns)' column — not an nsys kernel "
-                              "summary (cuda_gpu_kern_sum or gpukernsum)")
-    reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
-    rows = list(reader)
-    column = next((c for c in reader.fieldnames or [] if c and c.startswith("Total Time")),
-                  None)
-    if column is None:
-        raise NsysFormatError(f"{path}: line {start + 1}: no column named 'Total Time (ns)' "
-                              "in the header")
-    if not rows:
-        raise NsysFormatError(f"{path}: the kernel summary has no rows")
-    total = 0.0
-    for n, row in enumerate(rows, start=start + 2):
-        try:
-            value = float(row[column])
-        except (TypeError, ValueError) as exc:
-            raise NsysFormatError(f"{path}: line {n}: {column!r} is not a number: "
-                                  f"{row[column]!r}") from exc
-        if not math.isfinite(value) or value < 0:
-            raise NsysFormatError(f"{path}: line {n}: {column!r} is {row[column]!r}, not a "
-                                  "time >= 0")
-        total += value
-    scale = 1e-6 if "(ns)" in column else (1e-3 if "(us)" in column else 1.0)
-    return total * scale
-
-
-def read_kernel_sqlite(path: Path) -> float:
-    """Total GPU kernel time in ms from an nsys SQLite export."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such nsys SQLite export")
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            (total,) = db.execute(
-                "SELECT COALESCE(SUM(k.end - k.start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                "JOIN StringIds s ON s.id = k.shortName").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise NsysFormatError(f"{path}: not an nsys SQLite export with "
-                              f"CUPTI_ACTIVITY_KIND_KERNEL and StringIds ({exc})") from exc
-    return total / 1e6
-
-
-def run_nsys(output: Path, command: list[str]) -> tuple[float, str]:
-    """Run ``command`` under nsys; return its total kernel time in ms and its stdout."""
-    done = subprocess.run(nsys_command(str(output), command), check=True, capture_output=True,
-                          text=True)
-    prefix = str(output) + "_kern"
-    subprocess.run(nsys_stats_command(str(output) + ".nsys-rep", prefix), check=True,
-                   capture_output=True)
-    summaries = sorted(Path(output).parent.glob(Path(prefix).name + "*.csv"))
-    if not summaries:
-        raise NsysFormatError(f"{prefix}*.csv: nsys stats wrote no kernel summary")
-    return read_kernel_summary_csv(summaries[0]), done.stdout
-
-
-def profile_gpu_decode(model: str, load_format: str, tokens: int, folder: Path) -> StepProfile:
+def profile_gpu_decode(model: str, load_format: str, tokens: int, folder: Path,
+                       name: str | None = None) -> StepProfile:
     """One child process under nsys generating ``tokens`` tokens; compute = kernel time.
 
     The child's engine start and warmup kernels are in every profile and cancel in the
     difference, as in the paper."""
-    import json
-    import sys
+    output = Path(folder) / (name or f"decode-{tokens}")
+    result = output.with_name(output.name + ".result.json")
+    kernels_ms, child = run_nsys(output, child_command(model, load_format, tokens, result),
+                                 result)
+    if child.get("tokens") not in (None, tokens):
+        raise RuntimeError(f"{result}: the child generated {child.get('tokens')} tokens, "
+                           f"{tokens} were asked")
+    return StepProfile(tokens, float(child["wall_ms"]),
+                       {"gpu kernels": kernels_ms, HOST_FAMILY: 0.0})
 
-    command = [sys.executable, "-m", "specbench.hostfloor", "--child", "--model", model,
-               "--load-format", load_format, "--tokens", str(tokens)]
-    kernels_ms, stdout = run_nsys(folder / f"decode-{tokens}", command)
-    wall_ms = json.loads(stdout.strip().splitlines()[-1])["wall_ms"]
-    return StepProfile(tokens, wall_ms, {"gpu kernels": kernels_ms, HOST_FAMILY: 0.0})
 
-
-def _child(argv=None) -> None:
-    """Entry of the profiled child: one warm engine, one timed call, wall time as JSON."""
+def child_main(argv=None) -> int:
+    """Entry of the profiled child: one warm engine, one timed call; the wall time goes to
+    ``--result`` as JSON (nsys prints on stdout too, so stdout is no channel)."""
     import argparse
-    import json
 
     from . import workloads
     from .engine import Engine, EngineSettings
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--child", action="store_true")
+    parser = argparse.ArgumentParser(
+        prog="python -m specbench.hostfloor",
+        description="The host floor's profiled child (run under nsys by run_host_floor).")
+    parser.add_argument("--child", action="store_true", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--load-format", default="auto")
     parser.add_argument("--tokens", type=int, required=True)
+    parser.add_argument("--result", required=True, help="JSON file the wall time goes to")
     args = parser.parse_args(argv)
+    if args.tokens < 1:
+        parser.error(f"--tokens must be >= 1, got {args.tokens}")
     with Engine(EngineSettings(model=args.model, load_format=args.load_format)) as engine:
         prompt = engine.encode_chat(workloads.messages("repeat", 0))
         engine.generate([prompt], 8, read_counters=False)
         gen = engine.generate([prompt], args.tokens, read_counters=False)
-    print(json.dumps({"wall_ms": 1e3 * gen.wall_s}))
+    Path(args.result).write_text(json.dumps({"wall_ms": 1e3 * gen.wall_s, "tokens": args.tokens,
+                                             "output_tokens": gen.output_tokens[0]}))
+    return 0
+
+
+def method(gpu: bool) -> str:
+    """The manifest's one-line description of how the floor was measured."""
+    if gpu:
+        return ("difference of totals at 1 and N tokens; each profile one child process under "
+                "nsys profile (whole process tree, VLLM_WORKER_MULTIPROC_METHOD=spawn); "
+                "compute = summed GPU kernel time from nsys stats cuda_gpu_kern_sum "
+                "(--force-export=true, one report per profile); wall = the child's clock "
+                "around the timed call")
+    return ("difference of totals at 1 and N tokens; compute = self time of compute-family "
+            "operators in vLLM's torch profiler of the engine-core worker; wall = caller's "
+            "clock around the call")
 
 
 # -- the measurement ------------------------------------------------------------------------
@@ -309,7 +125,8 @@ LARGE_SHAPE = {"num_hidden_layers": 24, "hidden_size": 2048, "intermediate_size"
                "num_attention_heads": 32, "num_key_value_heads": 32}
 
 
-def _cpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path):
+def _cpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path,
+                  label: str = ""):
     """(rep, tokens, profile, unprofiled wall ms, foreign cores) from one warm CPU engine."""
     from . import workloads
     from .engine import Engine, EngineSettings
@@ -328,11 +145,14 @@ def _cpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: P
                 yield rep, n, prof, 1e3 * plain.wall_s, foreign.foreign_cores
 
 
-def _gpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path):
-    """The same tuples from nsys-profiled child processes (the profiled wall is the wall)."""
+def _gpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: Path,
+                  label: str = ""):
+    """The same tuples from nsys-profiled child processes (the profiled wall is the wall),
+    each profile under a report name of its own."""
     for rep in range(reps):
         for n in (1, tokens):
-            prof = profile_gpu_decode(path, load_format, n, traces)
+            prof = profile_gpu_decode(path, load_format, n, traces,
+                                      report_name(label or path, rep, n))
             yield rep, n, prof, prof.wall_ms, 0.0
 
 
@@ -349,7 +169,7 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
 
     from .assets import cache_dir, embedded_model_dir
     from .contract import contract, model_shape
-    from .engine import on_gpu
+    from .hardware import on_gpu
     from .runs import DEFAULT_ROOT, create_run
 
     if tokens < 2 or reps < 1:
@@ -367,15 +187,15 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     manifest = contract("hostfloor", embedded, "bfloat16")
     manifest.update(
         grid={"tokens": [1, tokens], "reps": reps, "workload": "repeat", "batch": 1,
-              "gamma": 0, "method": "difference of totals at 1 and N tokens; compute = self "
-                                    "time of compute-family operators in vLLM's torch "
-                                    "profiler of the engine-core worker; wall = caller's "
-                                    "clock around the call"},
+              "gamma": 0, "method": method(gpu)},
         models=[{"label": label, "path": path,
                  "weights": "pretrained" if fmt == "auto" else
                             "random (vLLM load_format=dummy): timing only, never acceptance",
                  "shape": model_shape(path, "bfloat16")} for label, path, fmt in models],
-        compute_families=COMPUTE_FAMILIES,
+        compute_families=None if gpu else COMPUTE_FAMILIES,
+        profiler=({"tool": "nsys", "command": nsys_command("REPORT", ["CHILD"]),
+                   "stats": nsys_stats_command("REPORT.nsys-rep", "PREFIX"), "env": NSYS_ENV}
+                  if gpu else {"tool": "torch.profiler in vLLM's engine-core worker"}),
         load={"loadavg_at_start": os.getloadavg()})
     run = create_run(Path(root or DEFAULT_ROOT), manifest)
     steps, families = [], []
@@ -384,7 +204,7 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     with tempfile.TemporaryDirectory(prefix="specbench-traces-") as traces:
         for label, path, fmt in models:
             for rep, n, prof, unprofiled_ms, foreign_cores in measure(path, fmt, tokens, reps,
-                                                                      Path(traces)):
+                                                                      Path(traces), label):
                 steps.append({"model": label, "tokens": n, "rep": rep,
                               "wall_ms": prof.wall_ms, "compute_ms": prof.compute_ms,
                               "unprofiled_wall_ms": unprofiled_ms,
@@ -400,29 +220,10 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     return run
 
 
-def decompose(steps, families) -> tuple:
-    """Per-step decomposition per model (median over repetitions) and family shares."""
-    import pandas as pd
+def main(argv=None) -> int:
+    """``python -m specbench.hostfloor --child ...``: the profiled child (see ``--help``)."""
+    return child_main(argv)
 
-    rows, shares = [], []
-    for (model, rep), g in steps.groupby(["model", "rep"]):
-        short, long = g.loc[g["tokens"].idxmin()], g.loc[g["tokens"].idxmax()]
-        fam = families[(families["model"] == model) & (families["rep"] == rep)]
-        by = {n: dict(zip(f["family"], f["self_ms"])) for n, f in fam.groupby("tokens")}
-        d = difference(StepProfile(int(short["tokens"]), short["wall_ms"], by.get(short["tokens"], {})),
-                       StepProfile(int(long["tokens"]), long["wall_ms"], by.get(long["tokens"], {})))
-        unprofiled = (long["unprofiled_wall_ms"] - short["unprofiled_wall_ms"]) / d["steps"]
-        rows.append({"model": model, "rep": rep, "wall_ms": d["wall_ms"],
-                     "compute_ms": d["compute_ms"], "host_ms": d["host_ms"],
-                     "unprofiled_wall_ms": unprofiled})
-        shares += [{"model": model, "rep": rep, "family": f, "ms": ms}
-                   for f, ms in d["families_ms"].items()]
-    per_step = pd.DataFrame(rows).groupby("model").median(numeric_only=True).drop(columns="rep")
-    per_step["host_share"] = per_step["host_ms"] / per_step["wall_ms"]
-    fam = pd.DataFrame(shares).groupby(["model", "family"])["ms"].median().reset_index()
-    # Time inside no profiled operator (Python scheduling, inter-process hops, output
-    # processing) is host-exposed too; shares are of the per-step wall time.
-    outside = (per_step["wall_ms"] - fam.groupby("model")["ms"].sum()).rename("ms").reset_index()
-    fam = pd.concat([fam, outside.assign(family=OUTSIDE_OPERATORS)], ignore_index=True)
-    fam["share"] = fam["ms"] / fam["model"].map(per_step["wall_ms"])
-    return per_step.reset_index(), fam
+
+if __name__ == "__main__":
+    sys.exit(main())

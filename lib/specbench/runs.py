@@ -41,6 +41,9 @@ SCHEMA_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Where runs live unless a caller says otherwise: $SPECBENCH_RUNS, else the checkout's runs/.
 DEFAULT_ROOT = Path(os.environ.get("SPECBENCH_RUNS", REPO_ROOT / "runs"))
+# When set, create_run writes the new run's folder into this file: a cluster task (cluster.py)
+# learns which run it started, so the task resumes that run when Slurm requeues it.
+RUN_RECORD_ENV = "SPECBENCH_RUN_RECORD"
 
 MANIFEST_SCHEMA = {
     "type": "object",
@@ -49,7 +52,8 @@ MANIFEST_SCHEMA = {
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "run_id": {"type": "string", "minLength": 1},
-        "kind": {"enum": ["sweep", "hostfloor", "overhead"]},
+        "kind": {"enum": ["sweep", "hostfloor", "overhead", "microbench", "lossless",
+                          "selftest", "gpucheck"]},
         "sku": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},
@@ -348,6 +352,8 @@ def create_run(root: Path, manifest: dict) -> Run:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if os.environ.get(RUN_RECORD_ENV):
+        atomic_write(Path(os.environ[RUN_RECORD_ENV]), str(path.resolve()))
     return Run(path, manifest)
 
 

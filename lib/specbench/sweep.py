@@ -9,8 +9,9 @@ When every cell is done the run's tables are derived from the parts and the run 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-import statistics
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,24 @@ class SweepConfig:
     # 1-min load average above which a cell is flagged: more runnable work than cores.
     max_load: float = float(os.cpu_count() or 1)
     notes: str = ""
+    # Prompts per cell: the first K of a workload's deterministic order that fit the context
+    # (the project's workloads have four). A batch-N cell runs them in calls of N.
+    prompts: int = 4
+    temperatures: tuple[float, ...] = (0.0,)
+    seed: int = 0
+    # Paired baseline: a γ=0 engine stays alive beside each γ>0 engine and their calls
+    # alternate (base, spec, base, spec …), so a speedup is a ratio of interleaved measurements.
+    paired: bool = True
+    spec_bench_path: str | None = None
+    # Engine execution mode (recorded in the manifest): eager is the paper's default; graph
+    # mode (CUDA graphs + torch.compile), async scheduling and 'ngram_gpu' are GPU arms.
+    enforce_eager: bool = True
+    async_scheduling: bool = False
+    speculative_method: str = "ngram"
+
+    def engine_options(self) -> dict:
+        return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
+                "speculative_method": self.speculative_method}
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -63,10 +82,10 @@ class SweepConfig:
         for b in self.batches:
             if int(b) != b or b < 1:
                 raise ValueError(f"batch must be a whole number >= 1, got {b!r}")
+        if not self.workloads:
+            raise ValueError("workloads must name at least one workload")
         for w in self.workloads:
-            if w not in workloads.WORKLOADS:
-                raise ValueError(f"unknown workload {w!r}; choose from "
-                                 f"{sorted(workloads.WORKLOADS)}")
+            self.source(w)      # unknown names, missing or malformed files fail here
         if self.max_tokens < 2:
             raise ValueError(f"max_tokens must be >= 2 (decode needs two tokens), got "
                              f"{self.max_tokens}")
@@ -74,7 +93,16 @@ class SweepConfig:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+        if self.prompts < 1:
+            raise ValueError(f"prompts must be >= 1, got {self.prompts}")
+        for t in self.temperatures:
+            if not 0 <= float(t) <= 2:
+                raise ValueError(f"temperature must be in [0, 2], got {t!r}")
+        EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
+                       **self.engine_options()).validate()
+
+    def source(self, workload: str):
+        return workloads.source(workload, self.spec_bench_path)
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "SweepConfig":
@@ -84,7 +112,12 @@ class SweepConfig:
                    batches=tuple(grid["batches"]), workloads=tuple(grid["workloads"]),
                    max_tokens=grid["max_tokens"], warmup=grid["warmup"], reps=grid["reps"],
                    dtype=manifest["dtype"], max_load=manifest["load"]["max_load"],
-                   notes=manifest.get("notes", ""))
+                   notes=manifest.get("notes", ""), prompts=grid.get("prompts", 1),
+                   temperatures=tuple(grid.get("temperatures", (0.0,))),
+                   seed=grid.get("seed", 0), paired=grid.get("paired", False),
+                   spec_bench_path=grid.get("spec_bench_path"),
+                   **{k: manifest["engine"][k] for k in cls().engine_options()
+                      if k in manifest.get("engine", {})})
 
     def resolved_model(self) -> str:
         if self.model:
@@ -92,63 +125,130 @@ class SweepConfig:
         from .assets import embedded_model_dir
         return str(embedded_model_dir())
 
-    def cells(self) -> list[tuple[int, str, int]]:
-        return [(g, w, b) for g in self.gammas for w in self.workloads for b in self.batches]
+    def cells(self) -> list[tuple[int, str, int, float]]:
+        """The cells measured as units of work. Paired, the γ=0 row of each (workload,
+        batch, temperature) is derived from the base calls of its γ>0 cells."""
+        gammas = [g for g in self.gammas if g > 0] if self.paired and max(self.gammas) > 0 \
+            else list(self.gammas)
+        return [(g, w, b, float(t)) for g in gammas for w in self.workloads
+                for b in self.batches for t in self.temperatures]
 
 
-def cell_key(gamma: int, workload: str, batch: int) -> str:
-    return f"g{gamma}-{workload}-b{batch}"
+def cell_key(gamma: int, workload: str, batch: int, temperature: float = 0.0) -> str:
+    name = workload.replace(":", "-").replace("/", "_")
+    return f"g{gamma}-{name}-b{batch}" + (f"-t{temperature:g}" if temperature else "")
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
+    base = contract("sweep", model, cfg.dtype)
+    # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
+    engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
+    base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
+    base["engine"]["settings"] = {**base["engine"].get("settings", {}), **cfg.engine_options()}
     return {
-        **contract("sweep", model, cfg.dtype),
-        "workloads": workloads.describe(),
-        "sampling": {w: workloads.sampling(w) for w in cfg.workloads},
+        **base,
+        "workloads": {**workloads.describe(),
+                      "sources": {w: cfg.source(w).describe() for w in cfg.workloads}},
+        "sampling": {w: {**cfg.source(w).sampling(), "temperatures": list(cfg.temperatures),
+                         "seed": cfg.seed} for w in cfg.workloads},
         "grid": {"gammas": list(cfg.gammas), "batches": list(cfg.batches),
                  "workloads": list(cfg.workloads), "max_tokens": cfg.max_tokens,
-                 "warmup": cfg.warmup, "reps": cfg.reps,
+                 "warmup": cfg.warmup, "reps": cfg.reps, "prompts": cfg.prompts,
+                 "temperatures": list(cfg.temperatures), "seed": cfg.seed,
+                 "paired": cfg.paired, "spec_bench_path": cfg.spec_bench_path,
                  "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
         "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
         "latency_definitions": {
-            "pot_ms": "per-output-token decode latency: (last token − first token) / "
-                      "(output tokens − 1), engine-core timestamps, per request; median over "
-                      "requests, then over repetitions",
+            "pot_ms": "per-output-token decode latency of a request: (last token − first "
+                      "token) / (output tokens − 1), engine-core timestamps; a repetition's "
+                      "value is the mean over the cell's requests; the cell's the median over "
+                      "repetitions",
+            "base_pot_ms": "the same for the paired γ=0 calls interleaved with the cell's",
+            "speedup": "base_pot_ms / pot_ms (paired)" if cfg.paired
+                       else "γ=0 cell's pot_ms / pot_ms",
             "ttft_ms": "time to first token (prefill included), median",
             "prefill_in_throughput": False},
         "notes": cfg.notes,
     }
 
 
-def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig,
-              progress=None) -> dict:
-    prompts = [engine.encode_chat(workloads.messages(workload, i)) for i in range(batch)]
-    sampling = workloads.sampling(workload)
-    for _ in range(cfg.warmup):
-        engine.generate(prompts, cfg.max_tokens, sampling)
-    faults.point("mid-cell")
-    reps, outputs = [], None
-    for rep in range(cfg.reps):
-        load = os.getloadavg()[0]
-        with ForeignCpu() as foreign:
-            gen = engine.generate(prompts, cfg.max_tokens, sampling)
-        outputs = outputs or gen.token_ids
-        row = {"rep": rep, "pot_ms": 1e3 * statistics.median(gen.pot_s),
-               "ttft_ms": 1e3 * statistics.median(gen.ttft_s),
-               "decode_s": max(gen.decode_s), "wall_s": gen.wall_s,
-               "output_tokens": sum(gen.output_tokens), "loadavg_1m": load,
-               "foreign_cores": foreign.foreign_cores,
-               "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": ""}
-        if gen.counters is not None:
-            row.update(gen.counters.as_row())
+def _hash(ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+
+
+def _select(engine: Engine, source, cfg: SweepConfig) -> tuple[list, list[list[int]]]:
+    """The first ``cfg.prompts`` requests of a source that fit the context, tokenized."""
+    chosen, prompts = [], []
+    limit = engine.settings.max_model_len
+    for request in source.candidates():
+        ids = engine.encode_chat(request.messages, request.continue_final)
+        if len(ids) + (request.max_tokens or cfg.max_tokens) <= limit:
+            chosen.append(request)
+            prompts.append(ids)
+        if len(chosen) == cfg.prompts:
+            break
+    if not chosen:
+        raise ValueError(f"{source.name}: no prompt fits the context of {limit} tokens")
+    return chosen, prompts
+
+
+def _sampling(source, requests, temperature: float, seed: int, rep: int) -> list[dict]:
+    base = source.sampling()
+    if not temperature:
+        return [base] * len(requests)
+    # Seeded per request and repetition, so a temperature cell is reproducible.
+    return [{**base, "temperature": temperature,
+             "seed": int(hashlib.sha256(f"{seed}/{r.id}/{rep}".encode()).hexdigest()[:8], 16)}
+            for r in requests]
+
+
+def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, prompts, cfg,
+          source, temperature) -> dict:
+    reqs = [requests[i] for i in group]
+    lengths = [r.max_tokens or cfg.max_tokens for r in reqs]
+    load = os.getloadavg()[0]
+    with ForeignCpu() as foreign:
+        gen = engine.generate([prompts[i] for i in group], lengths,
+                              _sampling(source, reqs, temperature, cfg.seed, rep))
+    call = {"arm": arm, "rep": rep, "call": index, "ids": [r.id for r in reqs],
+            "wall_s": gen.wall_s, "pot_ms": [1e3 * p for p in gen.pot_s],
+            "ttft_ms": [1e3 * t for t in gen.ttft_s], "decode_s": gen.decode_s,
+            "output_tokens": gen.output_tokens, "iterations": gen.iterations,
+            "loadavg_1m": load, "foreign_cores": foreign.foreign_cores,
+            "counters": gen.counters.as_row() if gen.counters is not None else None,
             # The cumulative reading proves the delta was taken around this very call.
-            row["draft_tokens_cumulative"] = gen.counters_after.draft_tokens
-        reps.append(row)
+            "draft_tokens_cumulative": (gen.counters_after.draft_tokens
+                                        if gen.counters_after is not None else None)}
+    if source.store_outputs:
+        call["outputs"] = gen.token_ids
+    call["output_sha256"] = [_hash(t) for t in gen.token_ids]
+    return call
+
+
+def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progress=None,
+              base: Engine | None = None, temperature: float = 0.0) -> dict:
+    source = cfg.source(workload)
+    requests, prompts = _select(engine, source, cfg)
+    groups = [list(range(i, min(i + batch, len(requests))))
+              for i in range(0, len(requests), batch)]
+    arms = [("base", base), ("spec", engine)] if base is not None else [("spec", engine)]
+    for _ in range(cfg.warmup):
+        for _, eng in arms:
+            _call(eng, "warmup", -1, 0, groups[0], requests, prompts, cfg, source, temperature)
+    faults.point("mid-cell")
+    calls = []
+    for rep in range(cfg.reps):
+        for index, group in enumerate(groups):
+            for arm, eng in arms:  # interleaved: base, spec, base, spec …
+                calls.append(_call(eng, arm, rep, index, group, requests, prompts, cfg,
+                                   source, temperature))
         if progress is not None:
             progress.set_postfix_str(f"γ={engine.settings.gamma} {workload} b{batch} "
                                      f"rep {rep + 1}/{cfg.reps}")
-    return {"status": "ok", "reps": reps, "outputs": outputs,
-            "prompt_tokens": [len(p) for p in prompts]}
+    return {"status": "ok", "calls": calls, "store_outputs": source.store_outputs,
+            "requests": [{"id": r.id, "prompt_tokens": len(p),
+                          "max_tokens": r.max_tokens or cfg.max_tokens}
+                         for r, p in zip(requests, prompts)]}
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -166,7 +266,7 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
 
     With ``close=False`` the tables are written but the run stays open, so the caller can add
     the executed notebook before calling ``run.finish()``. Ctrl-C raises
-    :class:`SweepInterrupted` once the engine is shut down; a failed write (a full disk)
+    :class:`SweepInterrupted` once the engines are shut down; a failed write (a full disk)
     raises ``OSError`` naming the file, with ``run_path`` set to the resumable run."""
     if resume:
         # A resumed run continues the grid it was started with, whatever else was passed.
@@ -199,36 +299,57 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
 
 
 def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts) -> None:
-    """Every cell in ``todo``, one engine per γ, each written as a part when done."""
-    for gamma in sorted({g for g, _, _ in todo}):
-        cells = [(w, b) for g, w, b in todo if g == gamma]
-        try:
-            engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype))
-        except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
-            if interrupts.seen:   # the engine died of the user's Ctrl-C: not a failed cell
-                raise KeyboardInterrupt from exc
-            for w, b in cells:
-                run.write_part(cell_key(gamma, w, b), _failure(gamma, w, b, exc))
-                bar.update()
-            continue
-        with engine:
-            faults.point("after-engine-start")
-            for w, b in cells:
-                try:
-                    record = _run_cell(engine, w, b, cfg, bar)
-                except Exception as exc:  # noqa: BLE001
-                    if interrupts.seen:
-                        raise KeyboardInterrupt from exc
-                    record = _failure(gamma, w, b, exc)
-                else:
-                    record.update(gamma=gamma, workload=w, batch=b,
-                                  engine_startup_s=round(engine.startup_s, 2))
-                run.write_part(cell_key(gamma, w, b), record)
-                bar.update()
+    """Every cell in ``todo``, one engine per γ (and the paired base engine), each cell
+    written as a part when done."""
+    base = None
+    try:
+        if cfg.paired and any(g > 0 for g, *_ in todo):
+            try:
+                base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype,
+                                             **cfg.engine_options()))
+            except Exception as exc:  # noqa: BLE001 - no cell can run: each records why
+                if interrupts.seen:
+                    raise KeyboardInterrupt from exc
+                for g, w, b, t in todo:
+                    run.write_part(cell_key(g, w, b, t), _failure(g, w, b, exc, t))
+                    bar.update()
+                return
+        for gamma in sorted({g for g, *_ in todo}):
+            cells = [c[1:] for c in todo if c[0] == gamma]
+            try:
+                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
+                                               **cfg.engine_options()))
+            except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
+                if interrupts.seen:  # the engine died of the user's Ctrl-C: not a failed cell
+                    raise KeyboardInterrupt from exc
+                for w, b, t in cells:
+                    run.write_part(cell_key(gamma, w, b, t), _failure(gamma, w, b, exc, t))
+                    bar.update()
+                continue
+            with engine:
+                faults.point("after-engine-start")
+                for w, b, t in cells:
+                    try:
+                        record = _run_cell(engine, w, b, cfg, bar,
+                                           base if gamma > 0 else None, t)
+                    except Exception as exc:  # noqa: BLE001
+                        if interrupts.seen:
+                            raise KeyboardInterrupt from exc
+                        record = _failure(gamma, w, b, exc, t)
+                    else:
+                        record.update(gamma=gamma, workload=w, batch=b, temperature=t,
+                                      engine_startup_s=round(engine.startup_s, 2),
+                                      prompt_format=getattr(engine, "prompt_format", ""))
+                    run.write_part(cell_key(gamma, w, b, t), record)
+                    bar.update()
+    finally:
+        if base is not None:
+            base.close()
 
 
-def _failure(gamma, workload, batch, exc) -> dict:
+def _failure(gamma, workload, batch, exc, temperature=0.0) -> dict:
     return {"status": "failed", "gamma": gamma, "workload": workload, "batch": batch,
+            "temperature": temperature,
             "error": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5)}
 
@@ -236,84 +357,259 @@ def _failure(gamma, workload, batch, exc) -> dict:
 def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     """Derive reps.csv and cells.csv from the parts and (by default) close the run."""
     parts = run.parts()
-    reps, cells = summarize(parts, cfg.max_load)
+    reps, cells, requests = tables(parts, cfg.max_load)
     run.write_table("reps.csv", reps)
     faults.point("during-finalize")
     run.write_table("cells.csv", cells)
+    run.write_table("requests.csv", requests)
+    loaded = int(cells["loaded"].fillna(False).astype(bool).sum()) if "loaded" in cells else 0
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
-                              "cells_flagged_loaded": int((cells["loaded"] == True).sum())})  # noqa: E712
+                              "cells_flagged_loaded": loaded})
     if close:
         run.finish()
 
 
 def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy tables from the per-cell records: one row per repetition, one per cell."""
+    reps, cells, _ = tables(parts, max_load)
+    return reps, cells
+
+
+KEY = ["workload", "gamma", "batch", "temperature"]
+
+
+def request_rows(parts: dict[str, dict]) -> pd.DataFrame:
+    """One row per request per timed call (spec and paired-base arms)."""
+    rows = []
+    for record in parts.values():
+        if record.get("status") != "ok":
+            continue
+        prompt_tokens = {r["id"]: r["prompt_tokens"] for r in record["requests"]}
+        for call in record["calls"]:
+            alone = len(call["ids"]) == 1  # counters of a one-request call are per request
+            counters = call["counters"] or {}
+            for j, rid in enumerate(call["ids"]):
+                row = {"workload": record["workload"], "gamma": record["gamma"],
+                       "batch": record["batch"], "temperature": record.get("temperature", 0.0),
+                       "arm": call["arm"], "rep": call["rep"], "call": call["call"],
+                       "request": rid, "prompt_tokens": prompt_tokens[rid],
+                       "output_tokens": call["output_tokens"][j],
+                       "pot_ms": call["pot_ms"][j], "ttft_ms": call["ttft_ms"][j],
+                       "output_sha256": call["output_sha256"][j],
+                       "foreign_cores": call["foreign_cores"]}
+                if alone and call["arm"] == "spec":
+                    row.update({k: counters.get(k, 0) for k in
+                                ("drafts", "draft_tokens", "accepted_tokens")},
+                               accepted_per_pos=counters.get("accepted_per_pos", ""),
+                               engine_steps=call["iterations"])
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def decode_steps(decoded, drafts, accepted, gamma, engine_steps=None):
+    """Decode steps of one request from counters and token counts — never from timing.
+
+    A step emits one token plus the drafts it accepted, so steps = decoded − accepted, where
+    decoded = output tokens − 1 (the first token comes from prefill). The max-tokens cut-off
+    breaks that by up to γ: vLLM counts the drafts accepted in a request's last step even
+    when ``max_tokens`` discards some of them. The exact count is vLLM's own step counter (its
+    per-step token histogram) for a request alone in the engine: engine steps − 1 (prefill).
+    It is used when it lies inside the bounds the counters allow, [max(drafts, decoded −
+    accepted), decoded − accepted + γ]; otherwise (batches, where steps are shared) the lower
+    bound is taken, which assumes no accepted draft was cut.
+    """
+    low = max(drafts, decoded - accepted)
+    if engine_steps is not None and not pd.isna(engine_steps):
+        exact = int(engine_steps) - 1
+        if low <= exact <= decoded - accepted + gamma:
+            return exact, True
+    return low, False
+
+
+def tables(parts: dict[str, dict], max_load: float = 2.0):
+    """reps.csv, cells.csv and requests.csv of a sweep run, from its parts."""
+    requests = request_rows(parts)
     rep_rows, cell_rows = [], []
     for record in parts.values():
-        key = {k: record[k] for k in ("workload", "gamma", "batch")}
+        key = {"workload": record["workload"], "gamma": record["gamma"],
+               "batch": record["batch"], "temperature": record.get("temperature", 0.0)}
         if record["status"] != "ok":
             cell_rows.append({**key, "status": "failed", "error": record["error"], "n_reps": 0})
             continue
-        reps = pd.DataFrame(record["reps"])
-        rep_rows += [{**key, **r} for r in record["reps"]]
-        drafted = int(reps["draft_tokens"].sum())
-        accepted = int(reps["accepted_tokens"].sum())
-        drafts = int(reps["drafts"].sum())
-        # Decode steps, summed over the batch's requests: a step emits 1 + its accepted
-        # drafts, so steps = decoded − accepted. vLLM counts the drafts accepted in a request's
-        # last step even when max_tokens cuts them off, so that can fall below the number of
-        # steps that drafted; every drafting step is a step, hence the max.
-        decoded = int((reps["output_tokens"] - key["batch"]).sum())
-        steps = max(drafts, decoded - accepted)
-        cell_rows.append({
-            **key, "status": "ok", "error": "", "n_reps": len(reps),
-            "pot_ms": reps["pot_ms"].median(), "pot_ms_min": reps["pot_ms"].min(),
-            "pot_ms_max": reps["pot_ms"].max(), "ttft_ms": reps["ttft_ms"].median(),
-            "prompt_tokens": int(np.mean(record["prompt_tokens"])),
-            "drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
-            # With no draft at all (n-gram found no match) a cycle emits exactly one token,
-            # which is α = 0 in eq. 1; draft_tokens = 0 says so in the table.
-            "alpha": accepted / drafted if drafted else 0.0,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-            "tokens_per_step": decoded / steps if steps else np.nan,
-            # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings
-            # that bound them must still advance with every repetition.
-            "counters_in_line": bool(key["gamma"] == 0 or drafted == 0 or (
-                reps["draft_tokens_cumulative"].is_monotonic_increasing
-                and reps["draft_tokens_cumulative"].nunique() == len(reps))),
-            "loadavg_1m": reps["loadavg_1m"].max(),
-            # Contention: other processes kept more than a quarter of a core busy.
-            "foreign_cores": reps["foreign_cores"].max() if "foreign_cores" in reps else np.nan,
-            "loaded": bool(reps["foreign_cores"].max() > MAX_FOREIGN_CORES
-                           if "foreign_cores" in reps else reps["loadavg_1m"].max() > max_load),
-            "_outputs": record["outputs"],
-        })
-    # With no successful cell the measured columns do not exist yet: the table still has them
-    # (empty), so the run closes and lists every cell's cause.
+        calls = pd.DataFrame(record["calls"])
+        for (arm, rep), group in calls.groupby(["arm", "rep"]):
+            counters = pd.DataFrame([c or {} for c in group["counters"]])
+            rep_rows.append({
+                **key, "arm": arm, "rep": rep,
+                "pot_ms": float(np.mean([p for ps in group["pot_ms"] for p in ps])),
+                "ttft_ms": float(np.median([t for ts in group["ttft_ms"] for t in ts])),
+                "decode_s": float(sum(max(d) for d in group["decode_s"])),
+                "output_tokens": int(sum(sum(o) for o in group["output_tokens"])),
+                "wall_s": float(group["wall_s"].sum()),
+                "loadavg_1m": float(group["loadavg_1m"].max()),
+                "foreign_cores": float(group["foreign_cores"].max()),
+                **{k: int(counters[k].sum()) if k in counters else 0
+                   for k in ("drafts", "draft_tokens", "accepted_tokens")},
+                "draft_tokens_cumulative": (group["draft_tokens_cumulative"].max()
+                                            if arm == "spec" else None)})
+        cell_rows.append(_cell_row(key, record, calls, requests))
     cells = pd.DataFrame(cell_rows)
-    cells = cells.reindex(columns=list(dict.fromkeys(
-        [*TABLE_COLUMNS["cells.csv"], "error", "loaded", "_outputs", *cells.columns])))
-    cells = cells.sort_values(["workload", "batch", "gamma"]).reset_index(drop=True)
-    cells["speedup"] = np.nan
-    cells["outputs_equal"] = pd.NA
-    cells["first_mismatch"] = pd.NA
-    for (w, b), group in cells.groupby(["workload", "batch"]):
-        base = group[(group["gamma"] == 0) & (group["status"] == "ok")]
-        if base.empty:
-            continue
-        base_pot, base_out = base["pot_ms"].iloc[0], base["_outputs"].iloc[0]
-        for i in group.index:
-            if cells.at[i, "status"] != "ok":
-                continue
-            cells.at[i, "speedup"] = base_pot / cells.at[i, "pot_ms"]
-            equal, where = _compare(base_out, cells.at[i, "_outputs"])
-            cells.at[i, "outputs_equal"] = equal
-            cells.at[i, "first_mismatch"] = where
-    cells = cells.drop(columns="_outputs")
     reps = pd.DataFrame(rep_rows)
+    cells = _add_baseline_rows(cells, requests, reps, max_load)
+    cells = cells.sort_values(KEY).reset_index(drop=True)
+    # With no successful cell the measured columns do not exist yet: the tables still have
+    # them (empty), so the run closes and lists every cell's cause.
     reps = reps.reindex(columns=list(dict.fromkeys([*TABLE_COLUMNS["reps.csv"], *reps.columns])))
-    return reps, cells
+    cells = cells.reindex(columns=list(dict.fromkeys(
+        [*TABLE_COLUMNS["cells.csv"], "error", *cells.columns])))
+    return reps, cells, requests
+
+
+def _spec_counters(calls: pd.DataFrame) -> dict:
+    spec = calls[calls["arm"] == "spec"]
+    counters = pd.DataFrame([c or {} for c in spec["counters"]])
+    out = {k: int(counters[k].sum()) if k in counters else 0
+           for k in ("drafts", "draft_tokens", "accepted_tokens")}
+    per_pos = [list(map(int, str(c["accepted_per_pos"]).split(";")))
+               for c in spec["counters"] if c and str(c.get("accepted_per_pos", "")).strip()]
+    width = max((len(p) for p in per_pos), default=0)
+    out["accepted_per_pos"] = ";".join(str(sum(p[i] for p in per_pos if i < len(p)))
+                                       for i in range(width))
+    return out
+
+
+def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFrame) -> dict:
+    mine = requests[(requests[KEY] == pd.Series(key)).all(axis=1)]
+    spec, base = mine[mine["arm"] == "spec"], mine[mine["arm"] == "base"]
+    # A cell's latency: per request the median over repetitions, then the mean over requests
+    # (every request has the same weight; 1/(αγ+1) is convex, so requests are predicted one
+    # by one and averaged the same way).
+    per_request = spec.groupby("request")["pot_ms"].median()
+    rep_means = spec.groupby("rep")["pot_ms"].mean()
+    counters = _spec_counters(calls)
+    gamma = key["gamma"]
+    decoded = int((spec["output_tokens"] - 1).sum())
+    steps, exact = _cell_steps(spec, counters, gamma)
+    row = {**key, "status": "ok", "error": "", "n_reps": int(spec["rep"].nunique()),
+           "n_requests": int(spec["request"].nunique()),
+           "requests": " ".join(sorted(spec["request"].unique())),
+           "pot_ms": float(per_request.mean()), "pot_ms_min": float(rep_means.min()),
+           "pot_ms_max": float(rep_means.max()), "ttft_ms": float(spec["ttft_ms"].median()),
+           "prompt_tokens": int(round(spec.groupby("request")["prompt_tokens"].first().mean())),
+           **counters,
+           # With no draft at all a step emits one token: α = 0 by the convention of
+           # specbench.counters (no draft, nothing accepted), and draft_tokens = 0 says so.
+           "alpha": counters["accepted_tokens"] / counters["draft_tokens"]
+                    if counters["draft_tokens"] else 0.0,
+           "mean_acceptance_length": 1 + counters["accepted_tokens"] / counters["drafts"]
+                                     if counters["drafts"] else 1.0,
+           "decode_steps": steps, "steps_exact": exact,
+           "emitted_per_step": decoded / steps if steps else np.nan,
+           "drafting_share": counters["drafts"] / steps if steps and gamma else 0.0,
+           "counters_in_line": bool(gamma == 0 or counters["draft_tokens"] == 0 or _in_line(calls)),
+           "loadavg_1m": float(calls["loadavg_1m"].max()),
+           "foreign_cores": float(calls["foreign_cores"].max()),
+           "loaded": bool(calls["foreign_cores"].max() > MAX_FOREIGN_CORES),
+           "paired": bool(len(base))}
+    if len(base):
+        base_per_request = base.groupby("request")["pot_ms"].median()
+        row["base_pot_ms"] = float(base_per_request.mean())
+        row["speedup"] = row["base_pot_ms"] / row["pot_ms"]
+        row["outputs_equal"], row["first_mismatch"] = _equal(record, key["temperature"])
+    return row
+
+
+def _cell_steps(spec: pd.DataFrame, counters: dict, gamma: int) -> tuple[int, bool]:
+    """Decode steps summed over the cell's requests (first repetition of each; greedy
+    repetitions repeat exactly, and the counters are summed the same way)."""
+    if "engine_steps" in spec and spec["drafts"].notna().all():
+        total, exact = 0, True
+        for _, r in spec.iterrows():
+            n, ok = decode_steps(r["output_tokens"] - 1, int(r["drafts"]),
+                                 int(r["accepted_tokens"]), gamma, r.get("engine_steps"))
+            total, exact = total + n, exact and ok
+        return total, exact
+    decoded = int((spec["output_tokens"] - 1).sum())
+    n, _ = decode_steps(decoded, counters["drafts"], counters["accepted_tokens"], gamma)
+    return n, False
+
+
+def _in_line(calls: pd.DataFrame) -> bool:
+    # Deltas of a deterministic greedy cell repeat exactly; the cumulative readings that
+    # bound them must still advance with every call.
+    cumulative = calls[calls["arm"] == "spec"]["draft_tokens_cumulative"]
+    return bool(cumulative.is_monotonic_increasing and cumulative.nunique() == len(cumulative))
+
+
+def _equal(record: dict, temperature: float):
+    """Greedy equality of the spec outputs with the paired base outputs, request by request."""
+    if temperature:
+        return pd.NA, pd.NA
+    calls = [c for c in record["calls"] if c["rep"] == 0]
+    base = {i: (h, o) for c in calls if c["arm"] == "base"
+            for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999)}
+    first, equal = None, True
+    for c in calls:
+        if c["arm"] != "spec":
+            continue
+        for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999):
+            if h == base[i][0]:
+                continue
+            equal = False
+            if o is not None and base[i][1] is not None:
+                _, where = _compare([base[i][1]], [o])
+                first = where if first is None else min(first, where)
+    return equal, first
+
+
+def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.DataFrame,
+                       max_load: float) -> pd.DataFrame:
+    """γ=0 rows from the paired base calls (all γ arms pooled), where no γ=0 cell was measured
+    on its own; and the speedup of unpaired cells against their γ=0 cell."""
+    if cells.empty or "status" not in cells:
+        return cells
+    for col in ("speedup", "base_pot_ms", "outputs_equal", "first_mismatch"):
+        if col not in cells:
+            cells[col] = np.nan if col in ("speedup", "base_pot_ms") else pd.NA
+    rows = []
+    base = requests[requests["arm"] == "base"] if len(requests) else requests
+    for k, group in (base.groupby(KEY[:1] + KEY[2:]) if len(base) else []):
+        w, b, t = k
+        have = cells[(cells["workload"] == w) & (cells["batch"] == b)
+                     & (cells["temperature"] == t) & (cells["gamma"] == 0)]
+        if len(have):
+            continue
+        per_request = group.groupby("request")["pot_ms"].median()
+        rep_means = group.groupby(["gamma", "rep"])["pot_ms"].mean()
+        rows.append({"workload": w, "gamma": 0, "batch": b, "temperature": t, "status": "ok",
+                     "error": "", "n_reps": int(len(rep_means)),
+                     "n_requests": int(per_request.size),
+                     "requests": " ".join(sorted(per_request.index)),
+                     "pot_ms": float(per_request.mean()), "pot_ms_min": float(rep_means.min()),
+                     "pot_ms_max": float(rep_means.max()),
+                     "ttft_ms": float(group["ttft_ms"].median()),
+                     "prompt_tokens": int(round(group.groupby("request")["prompt_tokens"].first().mean())),
+                     "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
+                     "accepted_per_pos": "", "alpha": 0.0, "mean_acceptance_length": 1.0,
+                     "decode_steps": int((group[group["rep"] == 0].drop_duplicates("request")["output_tokens"] - 1).sum()),
+                     "steps_exact": True, "emitted_per_step": 1.0, "drafting_share": 0.0,
+                     "counters_in_line": True, "foreign_cores": float(group["foreign_cores"].max()),
+                     "loaded": bool(group["foreign_cores"].max() > MAX_FOREIGN_CORES),
+                     "paired": True, "base_pot_ms": float(per_request.mean()), "speedup": 1.0,
+                     "outputs_equal": pd.NA, "first_mismatch": pd.NA,
+                     "loadavg_1m": np.nan})
+    cells = pd.concat([cells, pd.DataFrame(rows)], ignore_index=True) if rows else cells
+    # Unpaired cells: speedup against the γ=0 cell of the same workload, batch, temperature.
+    for (w, b, t), group in cells.groupby(["workload", "batch", "temperature"]):
+        zero = group[(group["gamma"] == 0) & (group["status"] == "ok")]
+        if zero.empty:
+            continue
+        for i in group.index:
+            if cells.at[i, "status"] == "ok" and pd.isna(cells.at[i, "speedup"]):
+                cells.at[i, "base_pot_ms"] = zero["pot_ms"].iloc[0]
+                cells.at[i, "speedup"] = zero["pot_ms"].iloc[0] / cells.at[i, "pot_ms"]
+    return cells
 
 
 def _compare(reference: list[list[int]], other: list[list[int]]) -> tuple[bool, int | None]:

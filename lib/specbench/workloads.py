@@ -10,6 +10,11 @@ passage itself. Then:
   text once, even a 135M model copies it again token for token, at batch 1 and batch 4 alike;
   asked only once, it drifted or summarised after a paragraph. n-gram lookup then finds every
   next token in the context: high acceptance.
+* ``edit`` — the user asks for the passage copied with one word replaced throughout (a word
+  that occurs in the passage a few times). The reply is not primed. The model copies most of
+  the passage and departs from it at the edits and wherever it paraphrases: n-gram lookup is
+  right most of the time but not always — the interior of the acceptance range, on a
+  project-written text (the upper band that third-party prompts do not reach).
 * ``open`` — the user asks for a new story on an unrelated subject, and the reply is started
   with a fresh first line. Greedy decoding of a model this small falls into loops that n-gram
   lookup then predicts (α 0.3–0.9 in trials), which is not open-ended generation, so 'open'
@@ -25,7 +30,8 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["WORKLOADS", "Workload", "passages", "messages", "sampling", "describe"]
+__all__ = ["WORKLOADS", "Workload", "Request", "passages", "messages", "sampling", "describe",
+           "source", "BuiltinSource"]
 
 PASSAGES = ("lighthouse", "bakery", "river", "clock")
 
@@ -44,10 +50,28 @@ REPEAT_INSTRUCTION = ("Repeat the passage above exactly, word for word, from its
                       "sentence to its last. Do not summarise and do not add anything.")
 
 
+EDITS = {"lighthouse": ("sea", "ocean"), "bakery": ("flour", "meal"),
+         "river": ("river", "stream"), "clock": ("clock", "timepiece")}
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
     description: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt of a workload, before tokenization.
+
+    ``continue_final``: the last (assistant) message is continued (the project's primed
+    replies); otherwise the chat template's generation prompt is added, as vLLM's own
+    benchmark datasets do. ``max_tokens`` overrides the sweep's output length (an operator's
+    ``output_tokens``)."""
+    id: str
+    messages: tuple
+    continue_final: bool = False
+    max_tokens: int | None = None
 
 
 WORKLOADS = {
@@ -55,6 +79,8 @@ WORKLOADS = {
                                  "first sentence (high acceptance)"),
     "open": Workload("open", "same passage as context, then a new story on an unrelated "
                              "subject; reply primed with a fresh first line (low acceptance)"),
+    "edit": Workload("edit", "copy the passage with one word replaced throughout; reply not "
+                             "primed (interior acceptance)"),
 }
 
 
@@ -65,7 +91,8 @@ def passages() -> dict[str, str]:
 
 PARAGRAPHS = 3
 SAMPLING = {"repeat": {"temperature": 0.0, "repetition_penalty": 1.0},
-            "open": {"temperature": 0.0, "repetition_penalty": 1.2}}
+            "open": {"temperature": 0.0, "repetition_penalty": 1.2},
+            "edit": {"temperature": 0.0, "repetition_penalty": 1.0}}
 
 
 def sampling(workload: str) -> dict:
@@ -90,6 +117,10 @@ def messages(workload: str, index: int) -> list[dict[str, str]]:
     passage = "\n".join(full.split("\n")[:PARAGRAPHS])
     history = [{"role": "user", "content": f"{passage}\n\n{REPEAT_INSTRUCTION}"},
                {"role": "assistant", "content": passage}]
+    if workload == "edit":
+        old, new = EDITS[PASSAGES[index % len(PASSAGES)]]
+        return [{"role": "user", "content": f"{passage}\n\nCopy the passage above exactly, but "
+                                            f"replace the word '{old}' with '{new}' everywhere."}]
     if workload == "repeat":
         return history + [
             {"role": "user", "content": "Good. Now repeat the same passage exactly once more."},
@@ -113,4 +144,42 @@ def describe() -> dict:
         "sampling": SAMPLING,
         "open_subjects": [s for s, _ in OPEN_SUBJECTS],
         "open_openings": [o for _, o in OPEN_SUBJECTS],
+        "edit_replacements": EDITS,
     }
+
+
+class BuiltinSource:
+    """The project's own workloads as a prompt source: request *i* uses passage *i mod 4*."""
+    store_outputs = True  # texts written for this project: output token ids may be stored
+
+    def __init__(self, name: str):
+        _check(name)
+        self.name = name
+
+    def candidates(self) -> list[Request]:
+        return [Request(f"{self.name}/{i}", tuple(messages(self.name, i)),
+                        continue_final=self.name != "edit") for i in range(len(PASSAGES))]
+
+    def sampling(self) -> dict:
+        return sampling(self.name)
+
+    def describe(self) -> dict:
+        return {"source": "project", "name": self.name,
+                "description": WORKLOADS[self.name].description}
+
+
+def source(name: str, spec_bench_path=None):
+    """The prompt source behind a workload name.
+
+    * ``repeat``, ``open``, ``edit`` — the project's texts;
+    * ``specbench:<category>`` — Spec-Bench prompts of one category (:mod:`specbench.spec_bench`);
+    * ``file:<path>`` — an operator's JSONL in vLLM's custom-dataset format
+      (:mod:`specbench.workload_file`).
+    """
+    if name.startswith("specbench:"):
+        from .spec_bench import SpecBenchSource
+        return SpecBenchSource(name.split(":", 1)[1], spec_bench_path)
+    if name.startswith("file:"):
+        from .workload_file import FileSource
+        return FileSource(name.split(":", 1)[1])
+    return BuiltinSource(name)
