@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: help setup measure measure-acceptance overhead book book-from-runs test test-fast gpu-sweep references clean-book
+.PHONY: help setup measure measure-acceptance overhead book book-from-runs test test-fast test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -43,8 +43,11 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	    tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
-test-fast: setup  ## unit tests only: no engine, no notebooks, no browser
-	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm" tests
+test-fast: setup  ## unit tests only: no engine, no notebooks, no browser, no checks of runs/
+	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm and not data" tests
+
+test-data: setup  ## checks of the committed runs in runs/ (not of the code)
+	$(PY) -m pytest -p no:cacheprovider -m data tests
 
 gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id [CUDA_GRAPHS=1] (untested)
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }

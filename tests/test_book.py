@@ -24,6 +24,33 @@ CDN = re.compile(r"https?://(cdn\.jsdelivr\.net|unpkg\.com|cdnjs\.cloudflare\.co
                  r"cdn\.mathjax\.org|polyfill\.io)")
 
 
+# Every chart and table must fit the text column, or sit in a scroll box (.sb-scroll, from
+# specbench.tables and specbench.charts) that scrolls sideways and shows its hint.
+OVERFLOW_JS = """() => {
+  if (window.specbenchMarkOverflow) window.specbenchMarkOverflow();
+  const column = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!column) return [];   // the root index.html only redirects
+  const col = column.getBoundingClientRect();
+  const fits = r => r.left >= col.left - 1 && r.right <= col.right + 1;
+  const problems = [];
+  column.querySelectorAll(".vega-chart > svg, .vega-chart > canvas, table").forEach((el, i) => {
+    const r = el.getBoundingClientRect();
+    const what = el.tagName.toLowerCase() === "table" ? "table" : "chart";
+    if (what === "chart" && el.getBBox && el.getBBox().width > r.width + 2)
+      problems.push(`chart ${i} draws ${Math.round(el.getBBox().width)} px into a ${Math.round(r.width)} px picture: its legend or labels are cut`);
+    if (r.width === 0 || fits(r)) return;
+    const box = el.closest(".sb-scroll");
+    const hint = box && box.querySelector(".sb-scroll-hint");
+    const scrolls = box && ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+    if (!box || !scrolls || !fits(box.getBoundingClientRect()))
+      problems.push(`${what} ${i} is ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px column, with no scroll box`);
+    else if (!hint || hint.offsetParent === null)
+      problems.push(`${what} ${i} scrolls sideways without a visible hint`);
+  });
+  return problems;
+}"""
+
+
 def _code(cells):
     return [c.source.strip() for c in cells if c.cell_type == "code"]
 
@@ -51,6 +78,9 @@ def test_built_html_requests_no_cdn():
 
 @pytest.mark.browser
 def test_every_chart_renders_offline_in_chromium():
+    """Every chart draws offline, no console errors, and no chart or table overflows its
+    column without a scroll hint; a full-page screenshot of every chapter is kept under
+    artifacts/screenshots/."""
     pages = _built()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -80,6 +110,7 @@ def test_every_chart_renders_offline_in_chromium():
                     charts.nth(i).locator("svg, canvas").first.wait_for(timeout=15000)
                 except Exception:  # noqa: BLE001 - reported below with the page's name
                     problems.append(f"{html.name}: chart {i} drew nothing")
+            problems += [f"{html.name}: {p}" for p in page.evaluate(OVERFLOW_JS)]
             if page.locator(".vega-error").count():
                 problems.append(f"{html.name}: {page.locator('.vega-error').first.inner_text()}")
             page.screenshot(path=str(ARTIFACTS / f"{html.stem}.png"), full_page=True)

@@ -106,4 +106,5 @@ def test_delta_and_rates():
     with pytest.raises(ValueError, match="backwards"):
         before - after
     empty = SpecCounters(0, 0, 0, ())
-    assert empty.acceptance_rate != empty.acceptance_rate  # NaN: nothing drafted
+    # The zero-draft convention (counters.py): nothing drafted reads as α = 0, length 1.
+    assert empty.acceptance_rate == 0.0 and empty.mean_acceptance_length == 1.0

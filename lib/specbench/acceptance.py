@@ -146,3 +146,24 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
                 "At temperature 0 the speculative and plain samples are identical",
                 f"statistic {greedy['statistic'].iloc[0]}"))
     return n
+
+
+def spec_bench_reference_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The Spec-Bench leaderboard's published prompt-lookup row beside this project's batch-1
+    speedups per category (every γ measured, and the best). Published values are quoted, not
+    measured here: another model (Vicuna-7B) on another machine (an A100)."""
+    from .reference import SPEC_BENCH_PLD
+    sku = primary_sku(cells)
+    c = cells[(cells["sku"] == sku) & (cells["batch"] == 1) & (cells["gamma"] > 0)
+              & (cells["temperature"] == 0) & cells["workload"].str.startswith("specbench:")]
+    rows = []
+    for category, published in SPEC_BENCH_PLD["speedup"].items():
+        mine = c[c["workload"] == f"specbench:{category}"]
+        row = {"category": category, "published PLD speedup ×": published}
+        for _, r in mine.sort_values("gamma").iterrows():
+            row[f"this project γ={int(r['gamma'])} ×"] = r["speedup"]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.attrs["sku"] = sku
+    table.attrs["runs"] = list(dict.fromkeys(c["run_id"]))
+    return table

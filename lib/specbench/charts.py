@@ -1,4 +1,6 @@
-"""Altair figure builders: one function per figure, fed tidy frames from :mod:`analysis`.
+"""Altair figure builders: one function per figure, fed tidy frames from :mod:`analysis`
+and :mod:`curves`. Charts only draw: every derived series (eq. 1 curves, the shortfall split)
+is computed in :mod:`curves`.
 
 Every chart encodes the SKU as the point shape, so a new run of new hardware appears in every
 figure without editing a chapter. :func:`use_offline_renderer` makes notebooks emit each chart
@@ -16,9 +18,12 @@ import numpy as np
 import pandas as pd
 
 from . import model
+from .curves import eq1_curves, shortfall_split
+from .tables import SCROLL_HINT
 
 __all__ = ["use_offline_renderer", "fig1_speedup", "fig2_latency", "fig3_shortfall",
-           "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics"]
+           "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
+           "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even"]
 
 WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
 WIDTH = 260
@@ -27,12 +32,15 @@ WIDTH = 260
 def _render(spec: dict, png: bool = True) -> dict:
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     div = f"vega-{digest}"
-    html = (f'<div id="{div}" class="vega-chart"></div>\n<script>\n'
+    html = (f'<div class="sb-scroll"><p class="sb-scroll-hint">{SCROLL_HINT}</p>'
+            f'<div id="{div}" class="vega-chart"></div></div>\n<script>\n'
             f'(function() {{\n  const spec = {json.dumps(spec)};\n'
             f'  const el = document.getElementById("{div}");\n'
             '  if (typeof vegaEmbed === "undefined") { el.innerHTML = "<pre class=\'vega-error\'>'
             'vega-embed is not loaded (book/_static/vega-bundle.js)</pre>"; return; }\n'
-            '  vegaEmbed(el, spec, {actions: false, renderer: "svg"}).catch(function(err) {\n'
+            '  vegaEmbed(el, spec, {actions: false, renderer: "svg"}).then(function() {\n'
+            '    if (window.specbenchMarkOverflow) window.specbenchMarkOverflow();\n'
+            '  }).catch(function(err) {\n'
             '    el.innerHTML = "<pre class=\'vega-error\'>" + err + "</pre>";\n'
             '    console.error(err);\n  });\n})();\n</script>')
     bundle = {"text/html": html, "text/plain": f"<chart {digest}>"}
@@ -69,24 +77,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", title="counter α", format=".2f")])
     return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="Speedup tracks acceptance, not γ (dashed: γ+1)")
-
-
-def eq1_curves(cells: pd.DataFrame, gammas=np.linspace(0, 6, 61)) -> pd.DataFrame:
-    """Eq. 1 over continuous γ with each (SKU, workload, batch)'s counter α and t_base,
-    and d(γ) interpolated from the cells' roofline values."""
-    rows = []
-    for (sku, w, b), g in cells.groupby(["sku_label", "workload", "batch"]):
-        spec = g[g["gamma"] > 0]
-        if spec.empty:
-            continue
-        alpha = float(spec["alpha"].mean())
-        t_base = float(g["t_base_ms"].iloc[0])
-        d = np.interp(gammas, g["gamma"], g["d"].fillna(0.0))
-        rows.append(pd.DataFrame({"sku_label": sku, "workload": w, "batch": b, "gamma": gammas,
-                                  "pot_ms": model.per_token_latency(t_base, alpha, gammas, d),
-                                  "alpha": alpha}))
-    return pd.concat(rows, ignore_index=True)
+        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(orient="bottom")
 
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
@@ -108,21 +99,14 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", format=".2f")])
     return alt.layer(line, pts, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="One equation, both regimes: points measured, curves eq. 1 with counter α")
+        title="One equation, both regimes: points measured, curves eq. 1 with counter α"
+    ).configure_legend(orient="bottom")
 
 
 def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
-    """Figure 3: ideal αγ+1 versus measured speedup; the gap split into d(γ) and host residual."""
-    c = cells[(cells["workload"] == workload) & (cells["gamma"] > 0)].copy()
-    c = c[c["d"].notna()]   # a SKU without a roofline has no d(γ) to split the gap by
-    ideal = c["alpha"] * c["gamma"] + 1
-    device = ideal - ideal / (1 + c["d"].fillna(0.0))
-    host = ideal / (1 + c["d"].fillna(0.0)) - c["speedup"]
-    parts = pd.concat([
-        c.assign(part="1 measured speedup", value=c["speedup"]),
-        c.assign(part="2 verify cost d(γ)", value=device),
-        c.assign(part="3 host residual", value=host)])
-    parts["ideal"] = np.tile(ideal.to_numpy(), 3)
+    """Figure 3: ideal αγ+1 versus measured speedup; the gap split into d(γ) and the residual
+    (:func:`specbench.curves.shortfall_split`)."""
+    parts = shortfall_split(cells, workload)
     bars = alt.Chart(parts).mark_bar().encode(
         x=alt.X("gamma:O", title="γ"), y=alt.Y("sum(value):Q", title="speedup (stacked to αγ+1)"),
         color=alt.Color("part:N", title="", scale=alt.Scale(
@@ -131,7 +115,7 @@ def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
         tooltip=["sku_label", "batch", "gamma", "part", alt.Tooltip("value", format=".3f")])
     return bars.properties(width=150, height=220).facet(
         column=alt.Column("batch:N", title="batch"), row=alt.Row("sku_label:N", title=None)
-    ).properties(title=f"'{workload}': where the ideal αγ+1 goes")
+    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(orient="bottom")
 
 
 def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
@@ -161,7 +145,8 @@ def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
         tooltip=["workload", "sku_label", "batch", "gamma", "source",
                  alt.Tooltip("value", format=".3f")]
     ).properties(width=WIDTH, height=220).facet(column=alt.Column("batch:N", title="batch")
-    ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not")
+    ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not"
+    ).configure_legend(orient="bottom")
 
 
 def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
@@ -194,6 +179,20 @@ def fig_economics(alphas=np.linspace(0, 0.99, 100), k: int = 4, c: float = 0.05,
     one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="black").encode(y="y:Q")
     return (line + one).properties(width=340, height=240,
                                    title="Break-even moves right as verification costs more")
+
+
+def fig_model_limits(d: float = 0.02, gammas=(2, 4, 6), alphas=np.linspace(0, 1, 51)) -> alt.Chart:
+    """Eq. 1's speedup against α at a few γ, beside the acceptance-blind γ+1 (no data)."""
+    curves = pd.concat([
+        pd.DataFrame({"α": alphas, "γ": f"γ={g}", "speedup": model.speedup(alphas, g, d),
+                      "model": f"eq. 1 (d = {d:g})"}) for g in gammas] + [
+        pd.DataFrame({"α": alphas, "γ": f"γ={g}", "speedup": g + 1.0,
+                      "model": "acceptance-blind"}) for g in gammas])
+    return alt.Chart(curves).mark_line().encode(
+        x=alt.X("α:Q", title="acceptance α"), y=alt.Y("speedup:Q", title="predicted speedup"),
+        color="γ:N", strokeDash=alt.StrokeDash("model:N", title="")
+    ).properties(width=360, height=240,
+                 title="Eq. 1 falls to 1/(1+d) as α → 0; the blind model stays at γ+1")
 
 
 def speedup_vs_alpha(cells: pd.DataFrame) -> alt.LayerChart:
@@ -237,3 +236,27 @@ def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
                  alt.Tooltip(column, format=".2f")])
     return alt.layer(diagonal, points).properties(
         width=480, height=360, title=f"Parity: {label} against measurement, every cell")
+
+
+def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
+    """Per-position acceptance of each measured workload against the break-even α at the
+    engine's verification overhead v(γ), per SKU and batch (``plan.break_even_table``)."""
+    data = table[["sku", "batch", "workload", "gamma", "v", "break_even_alpha",
+                  "alpha_per_position", "aggregate_r", "measured_speedup"]].rename(
+        columns={"sku": "sku_label"})
+    base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
+                                      axis=alt.Axis(tickMinStep=1)))
+    line = base.mark_line(color="black", strokeDash=[4, 3]).encode(
+        y=alt.Y("break_even_alpha:Q", title="per-position acceptance α",
+                scale=alt.Scale(domain=[0, 1])),
+        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="break-even, SKU"))
+    points = base.mark_point(size=70, filled=True).encode(
+        y="alpha_per_position:Q", color=alt.Color("workload:N"), shape=_shape(data),
+        tooltip=["sku_label", "workload", "batch", "gamma",
+                 alt.Tooltip("v", format=".3f"), alt.Tooltip("break_even_alpha", format=".3f"),
+                 alt.Tooltip("alpha_per_position", title="per-position α", format=".3f"),
+                 alt.Tooltip("aggregate_r", title="accepted/proposed", format=".3f"),
+                 alt.Tooltip("measured_speedup", format=".2f")])
+    return alt.layer(line, points, data=data).properties(width=WIDTH, height=220).facet(
+        column=alt.Column("batch:N", title="batch")).properties(
+        title="Measured acceptance against the break-even at the model's verify overhead")

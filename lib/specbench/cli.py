@@ -1,8 +1,8 @@
 """Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
 engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
 ``specbench overhead`` benchmarks the harness, ``specbench runs`` lists what is stored,
-``specbench cluster`` runs a notebook's grid on Slurm. ``specbench <command> --help`` for
-details."""
+``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
+``specbench <command> --help`` for details."""
 from __future__ import annotations
 
 import argparse
@@ -97,6 +97,10 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
+        from .plan import main as plan_main
+        return plan_main(argv[1:])
     parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
@@ -137,6 +141,8 @@ def main(argv=None) -> int:
     loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
                       help="compared positions (24)")
     loss.add_argument("--root", type=cliargs.store_root, default="runs")
+    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
+                   "(specbench plan --help)", add_help=False)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", type=cliargs.existing_dir, default="runs")
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "

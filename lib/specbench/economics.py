@@ -29,7 +29,14 @@ __all__ = [
     "replicas_needed",
     "cost_per_million",
     "kv_capacity_tokens",
+    "TABLE3_ALPHAS",
+    "speedup_grid",
+    "worksheet_values",
 ]
+
+# The rows of the worksheet's Table 3: its readings quote α = 0.5 … 0.9, and its stress
+# ranges ("0.2x to 0.5x", "0.7x to 1.6x") are the spread over exactly these rows.
+TABLE3_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def _check_k(k):
@@ -131,3 +138,39 @@ def kv_capacity_tokens(free_bytes, bytes_per_token):
     free_bytes = check("free_bytes", free_bytes, low=0)
     bytes_per_token = check("bytes_per_token", bytes_per_token, low=0, low_open=True)
     return int(free_bytes // bytes_per_token)
+
+
+def speedup_grid(alphas=TABLE3_ALPHAS, ks=range(1, 8), c: float = 0.05, stress_k: int = 4,
+                 stress_c: float = 0.10, stress_v: float = 0.25):
+    """The worksheet's Table 3, computed: :func:`net_speedup` for every α × k at draft cost c
+    and v = 0, plus two stress columns at k = ``stress_k``: draft cost ``stress_c`` and
+    verification overhead ``stress_v`` (at draft cost c)."""
+    import pandas as pd
+    grid = pd.DataFrame({f"k={k}": [net_speedup(a, k, c) for a in alphas] for k in ks},
+                        index=pd.Index(alphas, name="α"))
+    grid[f"k={stress_k}, c={stress_c:g}"] = [net_speedup(a, stress_k, stress_c) for a in alphas]
+    grid[f"k={stress_k}, v={stress_v:g}"] = [net_speedup(a, stress_k, c, stress_v)
+                                             for a in alphas]
+    return grid
+
+
+def worksheet_values() -> dict:
+    """The worksheet's quoted formula values, recomputed by this module, keyed as the
+    published ones in :mod:`specbench.reference` (the book compares them only there)."""
+    grid = speedup_grid()
+    c_loss = grid["k=4"] - grid["k=4, c=0.1"]
+    v_loss = grid["k=4"] - grid["k=4, v=0.25"]
+    return {
+        "break_even_alpha": break_even_alpha(4, 0.05, 0.0),
+        "break_even_alpha_v0.1": break_even_alpha(4, 0.05, 0.1),
+        "break_even_alpha_v0.25": break_even_alpha(4, 0.05, 0.25),
+        "break_even_alpha_v0.5": break_even_alpha(4, 0.05, 0.5),
+        "table3_a0.6_k4": grid.loc[0.6, "k=4"],
+        "table3_a0.7_k4": grid.loc[0.7, "k=4"],
+        "table3_a0.8_k4": grid.loc[0.8, "k=4"],
+        "table3_a0.7_k4_v0.25": grid.loc[0.7, "k=4, v=0.25"],
+        "table3_best_k_a0.5": optimal_k(0.5, 0.05, k_max=7),
+        "table3_c0.10_loss_min": c_loss.min(), "table3_c0.10_loss_max": c_loss.max(),
+        "table3_v0.25_loss_min": v_loss.min(), "table3_v0.25_loss_max": v_loss.max(),
+        "best_c0.10_a0.5": max(net_speedup(0.5, k, 0.10) for k in range(1, 8)),
+    }

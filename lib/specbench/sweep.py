@@ -23,6 +23,7 @@ from tqdm import tqdm
 from . import faults, workloads
 from .cliargs import DTYPES
 from .contract import contract
+from .counters import SpecCounters
 from .engine import Engine, EngineSettings
 from .load import ForeignCpu
 from .runs import TABLE_COLUMNS, Run, create_run, open_run
@@ -488,6 +489,8 @@ def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFra
     per_request = spec.groupby("request")["pot_ms"].median()
     rep_means = spec.groupby("rep")["pot_ms"].mean()
     counters = _spec_counters(calls)
+    totals = SpecCounters(int(counters["drafts"]), int(counters["draft_tokens"]),
+                          int(counters["accepted_tokens"]))
     gamma = key["gamma"]
     decoded = int((spec["output_tokens"] - 1).sum())
     steps, exact = _cell_steps(spec, counters, gamma)
@@ -498,12 +501,10 @@ def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFra
            "pot_ms_max": float(rep_means.max()), "ttft_ms": float(spec["ttft_ms"].median()),
            "prompt_tokens": int(round(spec.groupby("request")["prompt_tokens"].first().mean())),
            **counters,
-           # With no draft at all a step emits one token: α = 0 by the convention of
-           # specbench.counters (no draft, nothing accepted), and draft_tokens = 0 says so.
-           "alpha": counters["accepted_tokens"] / counters["draft_tokens"]
-                    if counters["draft_tokens"] else 0.0,
-           "mean_acceptance_length": 1 + counters["accepted_tokens"] / counters["drafts"]
-                                     if counters["drafts"] else 1.0,
+           # Definitions and the zero-draft convention (α = 0, length 1) live on the
+           # counters type; draft_tokens = 0 in the table says that nothing was drafted.
+           "alpha": totals.acceptance_rate,
+           "mean_acceptance_length": totals.mean_acceptance_length,
            "decode_steps": steps, "steps_exact": exact,
            "emitted_per_step": decoded / steps if steps else np.nan,
            "drafting_share": counters["drafts"] / steps if steps and gamma else 0.0,

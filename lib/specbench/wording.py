@@ -1,0 +1,97 @@
+"""Words chosen from data, and guards for claims that must hold on any data.
+
+A chapter's qualitative sentences come in two kinds, and this module serves both:
+
+* **Computed wording** for anything a reader's own hardware can flip ("faster", "small",
+  "host-dominated"): :func:`compare`, :func:`size_word`, :func:`regime` pick the word from the
+  numbers against a threshold stated once, below. A re-run on another machine changes the word,
+  never breaks the build.
+* **Guards** for claims that must hold whatever the hardware — an identity, a limit, a
+  definition ("every drafting step drafts γ tokens"): :func:`claim` raises
+  :class:`ClaimError` naming the sentence when the data contradicts it, which fails the
+  chapter's execution and so the book build.
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["ClaimError", "claim", "compare", "size_word", "regime", "spread_pct",
+           "SMALL_COST", "NOISE_FLOOR_PCT", "HOST_DOMINATED_SHARE", "MODEL_SIZE_INVARIANT_PCT",
+           "CLOSE_ERRORS_PCT"]
+
+# Thresholds, stated once. Each is a judgement, written here so a reader can disagree with it
+# in one place and see every sentence that depends on it change.
+#: A relative extra cost below this is "small" (the paper calls d ≤ 2.3 % "almost free").
+SMALL_COST = 0.05
+#: Below this a cost is "almost free"; above SMALL_COST it is "large" from LARGE_COST on.
+ALMOST_FREE_COST = 0.025
+LARGE_COST = 0.25
+#: Two measured quantities differ only if they differ by more than their spreads allow; the
+#: spread is never taken below this floor (percent), the rep-to-rep resolution of a timer.
+NOISE_FLOOR_PCT = 1.0
+#: A step is "host-dominated" when its host-exposed share exceeds this.
+HOST_DOMINATED_SHARE = 0.5
+#: A per-step term is "model-size invariant" when two model sizes differ by less than this (%).
+#: The paper reports 4 % between a 1B and an 8B model.
+MODEL_SIZE_INVARIANT_PCT = 10.0
+#: Two models' errors are "about the same" when their MAPEs differ by less than this (points).
+CLOSE_ERRORS_PCT = 3.0
+
+COST_WORDS = ((ALMOST_FREE_COST, "almost free"), (SMALL_COST, "small"),
+              (LARGE_COST, "moderate"), (math.inf, "large"))
+
+
+class ClaimError(AssertionError):
+    """The data contradicts a sentence of the book; the message quotes the sentence."""
+
+
+def claim(condition, sentence: str, detail: str = "") -> str:
+    """Return ``sentence`` when ``condition`` holds; raise :class:`ClaimError` naming it if not.
+
+    For claims that must hold on any hardware (identities, limits, definitions). ``detail``
+    says which numbers broke it.
+    """
+    if not bool(condition):
+        raise ClaimError(f"the data contradicts the sentence {sentence!r}"
+                         + (f": {detail}" if detail else ""))
+    return sentence
+
+
+def spread_pct(low: float, high: float, centre: float) -> float:
+    """Half the min–max range of the repetitions, in percent of the centre (the median)."""
+    return 100.0 * (high - low) / 2.0 / centre
+
+
+def compare(a: float, a_spread_pct: float, b: float, b_spread_pct: float,
+            faster: bool = False) -> str:
+    """Is ``a`` larger than ``b`` beyond their spreads (percent of each)?
+
+    Returns "higher"/"lower"/"within noise", or with ``faster=True`` for latencies
+    "slower"/"faster"/"within noise" (a larger latency is slower). The difference must exceed
+    the sum of the two spreads, each floored at :data:`NOISE_FLOOR_PCT`.
+    """
+    allowed = (max(a_spread_pct, NOISE_FLOOR_PCT) * abs(a)
+               + max(b_spread_pct, NOISE_FLOOR_PCT) * abs(b)) / 100.0
+    if abs(a - b) <= allowed:
+        return "within noise"
+    if a > b:
+        return "slower" if faster else "higher"
+    return "faster" if faster else "lower"
+
+
+def size_word(x: float, thresholds=COST_WORDS) -> str:
+    """The first word whose upper bound exceeds ``x``: thresholds are (bound, word) pairs,
+    increasing; the default grades a relative extra cost (0.03 → "small")."""
+    if x != x:  # NaN
+        raise ValueError("size_word needs a number, got NaN")
+    for bound, word in thresholds:
+        if x < bound:
+            return word
+    return thresholds[-1][1]
+
+
+def regime(host_share: float) -> str:
+    """Which cost dominates a decode step, from the measured host-exposed share."""
+    if host_share != host_share:
+        return "not measured (no host-floor run)"
+    return "host-dominated" if host_share > HOST_DOMINATED_SHARE else "compute-dominated"
