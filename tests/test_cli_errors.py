@@ -79,6 +79,12 @@ BAD = [
     (["lossless", "--gamma", "0"], ["--gamma", ">= 1"]),
     (["lossless", "--samples", "-1"], ["--samples", ">= 1"]),
     (["lossless", "--dtype", "float16"], ["--dtype", "invalid choice"]),
+    # plan (its own parser, the same contract)
+    (["plan", "--alpha", "1.5", "--t-base-ms", "30", "--d", "2:0.1"], ["--alpha", "[0, 1]"]),
+    (["plan", "--t-base-ms", "-1", "--alpha", "0.5", "--d", "2:0.1"], ["--t-base-ms", "> 0"]),
+    (["plan", "--d", "2:x", "--alpha", "0.5", "--t-base-ms", "3"], ["--d", "'2:x'"]),
+    (["plan", "--root", "/no/such/store", "--sku", "x"], ["--sku", "unknown SKU"]),
+    (["plan"], ["--sku", "--t-base-ms"]),
     # runs
     (["runs", "--root", "/no/such/store"], ["--root", "no such file or folder"]),
     (["runs", "--root", "{file}"], ["--root", "not a folder"]),
