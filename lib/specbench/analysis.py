@@ -6,6 +6,8 @@ roofline with the model shape and hardware ceilings recorded in the run's manife
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -92,6 +94,10 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
     for run in runs:  # oldest first
         cells = run.table("cells.csv")
         cells = cells[cells["status"] == "ok"].copy()
+        if cells.empty:  # every cell failed: nothing to predict, and nothing silently drawn
+            warnings.warn(f"{run.path}: no successful cell (causes in cells.csv, column "
+                          "'error'); run skipped", stacklevel=3)
+            continue
         # Runs before the rename store the measured divisor as tokens_per_step.
         cells = cells.rename(columns={"tokens_per_step": "emitted_per_step"})
         cells.insert(0, "run_id", run.run_id)

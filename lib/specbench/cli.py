@@ -7,7 +7,16 @@ server under load, ``specbench runs`` lists what is stored,
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+
+from . import cliargs
+
+# The sweep flags a resumed run may not take: it keeps the settings it was started with.
+RESUME_CONFLICTS = ["--model", "--gammas", "--batches", "--workloads", "--workload-file",
+                    "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
+                    "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
+                    "--cuda-graphs", "--async-scheduling", "--speculative-method"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -26,35 +35,42 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     from .sweep import DEFAULT_REPS, DEFAULT_WARMUP
-    p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded "
-                                   "SmolLM2-135M-Instruct built by scripts/setup.sh)")
-    p.add_argument("--gammas", type=_ints, default=(0, 2, 4, 6), help="speculative tokens γ "
-                   "(must include 0), default 0,2,4,6")
-    p.add_argument("--batches", type=_ints, default=(1, 4), help="batch sizes, default 1,4")
+    p.add_argument("--model", type=cliargs.model_ref,
+                   help="checkpoint folder or hub id (default: the embedded "
+                        "SmolLM2-135M-Instruct built by scripts/setup.sh)")
+    p.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6),
+                   help="speculative tokens γ (must include 0), default 0,2,4,6")
+    p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4),
+                   help="batch sizes, default 1,4")
     p.add_argument("--workloads", default="repeat,open",
                    help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
                         "translation, summarization, qa, math_reasoning, rag); default repeat,open")
     p.add_argument("--workload-file", action="append", default=[], metavar="FILE.jsonl",
+                   type=cliargs.existing_file,
                    help="your own prompts in vLLM's custom-dataset format (one JSON object per "
                         "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
                         "--workloads as file:FILE.jsonl")
-    p.add_argument("--prompts", type=int, default=4, help="prompts per cell: the first K of a "
+    p.add_argument("--prompts", type=cliargs.positive_int, default=4, help="prompts per cell: the first K of a "
                    "workload that fit the context (4)")
     p.add_argument("--temperatures", type=_floats, default=(0.0,),
                    help="sampling temperatures, comma list (default 0: greedy); seeded")
-    p.add_argument("--seed", type=int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--seed", type=cliargs.nonnegative_int, default=0, help="seed of the temperature cells (0)")
     p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
                    "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
-    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", help="Spec-Bench question file "
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file, help="Spec-Bench question file "
                    "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
-    p.add_argument("--max-tokens", type=int, default=128, help="new tokens per request (128)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"warmup calls per cell "
-                   f"({DEFAULT_WARMUP})")
-    p.add_argument("--reps", type=int, default=DEFAULT_REPS, help=f"timed repetitions per cell "
-                   f"({DEFAULT_REPS})")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default) or float32")
-    p.add_argument("--root", default="runs", help="run store folder (runs)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run in place")
+    p.add_argument("--max-tokens", type=cliargs.positive_int, default=128,
+                   help="new tokens per request (128)")
+    p.add_argument("--warmup", type=cliargs.nonnegative_int, default=DEFAULT_WARMUP,
+                   help=f"warmup calls per cell ({DEFAULT_WARMUP})")
+    p.add_argument("--reps", type=cliargs.positive_int, default=DEFAULT_REPS,
+                   help=f"timed repetitions per cell ({DEFAULT_REPS})")
+    p.add_argument("--dtype", type=cliargs.dtype, default="bfloat16",
+                   help=f"one of {', '.join(cliargs.DTYPES)} (bfloat16)")
+    p.add_argument("--root", type=cliargs.store_root, default="runs",
+                   help="run store folder (runs)")
+    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
+                   help="finish an interrupted run in place (no other sweep flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
     p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
                    help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
@@ -72,7 +88,8 @@ def config_from_args(args):
     names += [f"file:{f}" for f in args.workload_file]
     return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
                        workloads=tuple(names), max_tokens=args.max_tokens,
-                       warmup=args.warmup, reps=args.reps, dtype=args.dtype, root=args.root,
+                       warmup=args.warmup, reps=args.reps, dtype=args.dtype,
+                       root=str(args.root),
                        notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
                        seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
                        enforce_eager=not args.cuda_graphs,
@@ -141,33 +158,38 @@ def main(argv=None) -> int:
                            "--resume RUN_DIR.")
     _sweep_args(sweep)
     over = sub.add_parser("overhead", help="benchmark the cost of the in-line counter reads")
-    over.add_argument("--model")
-    over.add_argument("--pairs", type=int, default=8, help="alternating pairs (8)")
-    over.add_argument("--root", default="runs")
+    over.add_argument("--model", type=cliargs.model_ref)
+    over.add_argument("--pairs", type=cliargs.positive_int, default=8,
+                      help="alternating pairs (8)")
+    over.add_argument("--root", type=cliargs.store_root, default="runs")
     micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
                            "(the verify cost d of the headline model)",
                            description="Microbenchmark the linear layers vLLM's CPU backend "
                            "dispatches (and attention) at N and N(γ+1) rows, one thread pinned "
                            "to core 0; writes a 'microbench' run.")
-    micro.add_argument("--model")
-    micro.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
-    micro.add_argument("--batches", type=_ints, default=(1, 4))
-    micro.add_argument("--gammas", type=_ints, default=(0, 2, 4, 6))
-    micro.add_argument("--context", type=int, default=900, help="cached tokens (900)")
-    micro.add_argument("--repeats", type=int, default=30, help="timed calls per kernel (30)")
-    micro.add_argument("--root", default="runs")
+    micro.add_argument("--model", type=cliargs.model_ref)
+    micro.add_argument("--dtype", type=cliargs.dtype, default="bfloat16")
+    micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
+    micro.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
+    micro.add_argument("--context", type=cliargs.positive_int, default=900,
+                       help="cached tokens (900)")
+    micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
+                       help="timed calls per kernel (30)")
+    micro.add_argument("--root", type=cliargs.store_root, default="runs")
     loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
                           "distribution unchanged (temperature > 0)",
                           description="Seeded samples of one prompt with and without n-gram "
                           "speculation at each temperature, and a permutation test of "
                           "equal distributions; writes a 'lossless' run.")
-    loss.add_argument("--model")
+    loss.add_argument("--model", type=cliargs.model_ref)
     loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    loss.add_argument("--gamma", type=int, default=4)
+    loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
     loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
-    loss.add_argument("--samples", type=int, default=48, help="samples per arm (48)")
-    loss.add_argument("--tokens", type=int, default=24, help="compared positions (24)")
-    loss.add_argument("--root", default="runs")
+    loss.add_argument("--samples", type=cliargs.positive_int, default=48,
+                      help="samples per arm (48)")
+    loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
+                      help="compared positions (24)")
+    loss.add_argument("--root", type=cliargs.store_root, default="runs")
     sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
                    "(specbench plan --help)", add_help=False)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
@@ -176,7 +198,7 @@ def main(argv=None) -> int:
                            "with vLLM's benchmark client at each level, write a 'serving' run.")
     _serve_args(serve)
     lst = sub.add_parser("runs", help="list the runs in the store")
-    lst.add_argument("--root", default="runs")
+    lst.add_argument("--root", type=cliargs.existing_dir, default="runs")
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
                          "(submit, status, collect, resubmit)")
     from .cluster import add_arguments as _cluster_arguments
@@ -184,23 +206,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "sweep":
-        from .sweep import run_sweep
-        cfg = config_from_args(args)
-        try:
-            cfg.validate()
-        except (ValueError, FileNotFoundError) as exc:
-            parser.error(str(exc))
-        run = run_sweep(cfg, resume=args.resume)
-        print(run.path)
+        return _sweep(sweep, args)
     elif args.command == "overhead":
         from .overhead import run_overhead
-        run = run_overhead(model=args.model, pairs=args.pairs, root=args.root)
+        run = run_overhead(model=args.model, pairs=args.pairs, root=str(args.root))
         print(run.path)
     elif args.command == "microbench":
         from .microbench import MicrobenchConfig, run_microbench
         cfg = MicrobenchConfig(model=args.model, dtype=args.dtype, batches=args.batches,
                                gammas=args.gammas, context=args.context,
-                               repeats=args.repeats, root=args.root)
+                               repeats=args.repeats, root=str(args.root))
         try:
             cfg.validate()
         except ValueError as exc:
@@ -210,7 +225,7 @@ def main(argv=None) -> int:
         from .lossless import LosslessConfig, run_lossless
         cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
                              temperatures=args.temperatures, samples=args.samples,
-                             tokens=args.tokens, root=args.root)
+                             tokens=args.tokens, root=str(args.root))
         try:
             cfg.validate()
         except ValueError as exc:
@@ -228,11 +243,74 @@ def main(argv=None) -> int:
             parser.error(str(exc))
         print(run_serving(cfg).path)
     elif args.command == "runs":
-        from .runs import load_runs
-        for run in load_runs(args.root, include_incomplete=True):
-            m = run.manifest
-            print(f"{m['status']:9s} {m['kind']:9s} {m['sku']:40s} {run.path}")
+        return _list_runs(args.root)
     return 0
+
+
+def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
+    """A one-line error for what is not a usage error (damaged run, full disk); on a line of
+    its own after a progress bar."""
+    print(f"{chr(10) if after_bar else ''}specbench: error: {message}", file=sys.stderr)
+    return status
+
+
+def _sigterm_as_interrupt(*_):
+    # `kill PID` stops the sweep the way Ctrl-C does: engines shut down, the run resumable.
+    raise KeyboardInterrupt
+
+
+def _list_runs(root) -> int:
+    from .runs import scan_runs
+    status = 0
+    for path, run, error in scan_runs(root):
+        if error is not None:
+            print(f"{'damaged':9s} {'?':9s} {'?':40s} {path}  ({error})")
+            status = 1
+            continue
+        m = run.manifest
+        print(f"{m['status']:9s} {m['kind']:9s} {m['sku']:40s} {run.path}")
+    return status
+
+
+def _sweep(parser: argparse.ArgumentParser, args) -> int:
+    from .runs import RunSchemaError
+    from .sweep import SweepInterrupted, run_sweep
+    cliargs.reject_with(parser, args, "--resume", RESUME_CONFLICTS,
+                        "a resumed run keeps the settings it was started with")
+    cfg = None
+    if args.resume is None:
+        cfg = config_from_args(args)
+        try:
+            cfg.validate()
+        except (ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        run = run_sweep(cfg, resume=args.resume)
+    except SweepInterrupted as stop:
+        print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} cells "
+              f"kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the run folder existed (hardware probe, roofline)
+        print("\nspecbench: interrupted before the run started; nothing was written",
+              file=sys.stderr)
+        return 130
+    except RunSchemaError as exc:
+        return _fail(str(exc), after_bar=True)
+    except OSError as exc:
+        where = getattr(exc, "run_path", None)
+        hint = f"; the run is resumable: specbench sweep --resume {where}" if where else ""
+        return _fail(f"{exc}{hint}", after_bar=True)
+    print(run.path)
+    cells = run.table("cells.csv")
+    failed = cells[cells["status"] != "ok"]
+    if len(failed):
+        print(f"specbench: {len(failed)} of {len(cells)} cells failed (causes in "
+              f"{run.path / 'cells.csv'}, column 'error'):", file=sys.stderr)
+        for _, cell in failed.iterrows():
+            print(f"  γ={cell['gamma']} {cell['workload']} b{cell['batch']}: {cell['error']}",
+                  file=sys.stderr)
+    return 1 if len(failed) == len(cells) else 0
 
 
 if __name__ == "__main__":

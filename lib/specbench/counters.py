@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["SpecCounters", "DecodeTally", "MissingSpecMetrics", "from_vllm_metrics", "from_prometheus_text"]
+__all__ = ["SpecCounters", "DecodeTally", "MissingSpecMetrics", "CounterFormatError",
+           "from_vllm_metrics", "from_prometheus_text"]
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = PREFIX + "num_drafts"
@@ -47,6 +48,21 @@ V0_EMITTED = PREFIX + "num_emitted_tokens"
 
 class MissingSpecMetrics(LookupError):
     """The spec-decode metrics are absent: speculation is off or stats logging is disabled."""
+
+
+class CounterFormatError(ValueError):
+    """A counter capture that cannot be read (not the format, or a count that is not a
+    whole number >= 0); the message names the source and the metric."""
+
+
+def _count(value, metric: str, source: str) -> int:
+    """A counter value as an int: a whole number >= 0, or a clear error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CounterFormatError(f"{source}: {metric} is {value!r}, not a count")
+    if value != value or value in (float("inf"), float("-inf")) or value < 0 \
+            or value != int(value):
+        raise CounterFormatError(f"{source}: {metric} is {value!r}, not a whole number >= 0")
+    return int(value)
 
 
 def _missing(names: Iterable[str], source: str) -> MissingSpecMetrics:
@@ -145,13 +161,18 @@ def _add_vectors(vectors: list[list[int]]) -> tuple[int, ...]:
 
 def from_vllm_metrics(metrics) -> SpecCounters:
     """Read ``LLM.get_metrics()`` (``vllm.v1.metrics.reader`` Counter/Vector objects)."""
+    source = "LLM.get_metrics()"
     totals: dict[str, int] = {}
     vectors: list[list[int]] = []
     for metric in metrics:
-        if metric.name == PER_POS:
-            vectors.append(list(metric.values))
-        elif metric.name in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
-            totals[metric.name] = totals.get(metric.name, 0) + int(metric.value)
+        name = getattr(metric, "name", None)
+        try:
+            if name == PER_POS:
+                vectors.append([_count(v, PER_POS, source) for v in metric.values])
+            elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
+                totals[name] = totals.get(name, 0) + _count(metric.value, name, source)
+        except (AttributeError, TypeError) as exc:  # no .value / .values, or not a list
+            raise CounterFormatError(f"{source}: {name} is not a counter ({exc})") from exc
     absent = {DRAFTS, DRAFT_TOKENS, ACCEPTED} - totals.keys()
     if absent:
         raise _missing(absent, "LLM.get_metrics()")
@@ -172,8 +193,8 @@ def from_prometheus_text(text: str, num_speculative_tokens: int | None = None,
     per_pos: dict[tuple, dict[int, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
-        raise ValueError(f"{source}: not a Prometheus text exposition: {exc}") from exc
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise CounterFormatError(f"{source}: not a Prometheus text exposition: {exc}") from exc
     for family in families:
         # A counter's family is <name> with samples <name>_total (and <name>_created); an
         # exposition whose TYPE line already carries _total parses as family <name>_total.
@@ -183,11 +204,18 @@ def from_prometheus_text(text: str, num_speculative_tokens: int | None = None,
         for sample in family.samples:
             if sample.name not in (name + "_total", name):
                 continue  # the _created timestamps, never summed into a count
+            if name not in (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS):
+                continue  # V0 gauges (acceptance rate, efficiency) are not counts
+            value = _count(sample.value, sample.name, source)
             if name == PER_POS:
                 key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "position"))
-                per_pos.setdefault(key, {})[int(sample.labels["position"])] = sample.value
+                position = sample.labels.get("position", "")
+                if not position.isdigit():
+                    raise CounterFormatError(f"{source}: {sample.name} has position label "
+                                             f"{position!r}, not a whole number")
+                per_pos.setdefault(key, {})[int(position)] = value
             else:
-                totals[name] = totals.get(name, 0) + sample.value
+                totals[name] = totals.get(name, 0) + value
     if DRAFTS in totals:
         absent = {DRAFT_TOKENS, ACCEPTED} - totals.keys()
         if absent:

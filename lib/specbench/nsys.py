@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import json
 import os
 import shutil
@@ -70,17 +71,26 @@ def read_kernel_summary_csv(path: Path) -> float:
     if start is None:
         raise NsysFormatError(f"{path}: no 'Total Time (ns)' column — not an nsys kernel "
                               "summary (cuda_gpu_kern_sum or gpukernsum)")
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
-    column = next(c for c in rows[0].keys() if c.startswith("Total Time")) if rows else None
+    reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
+    rows = list(reader)
+    column = next((c for c in reader.fieldnames or [] if c and c.startswith("Total Time")),
+                  None)
     if column is None:
+        raise NsysFormatError(f"{path}: line {start + 1}: no column named 'Total Time (ns)' "
+                              "in the header")
+    if not rows:
         raise NsysFormatError(f"{path}: the kernel summary has no rows")
     total = 0.0
     for n, row in enumerate(rows, start=start + 2):
         try:
-            total += float(row[column])
+            value = float(row[column])
         except (TypeError, ValueError) as exc:
             raise NsysFormatError(f"{path}: line {n}: {column!r} is not a number: "
                                   f"{row[column]!r}") from exc
+        if not math.isfinite(value) or value < 0:
+            raise NsysFormatError(f"{path}: line {n}: {column!r} is {row[column]!r}, not a "
+                                  "time >= 0")
+        total += value
     scale = 1e-6 if "(ns)" in column else (1e-3 if "(us)" in column else 1.0)
     return total * scale
 

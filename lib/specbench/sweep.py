@@ -20,14 +20,15 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import workloads
+from . import faults, workloads
+from .cliargs import DTYPES
 from .contract import contract
 from .counters import SpecCounters
 from .engine import Engine, EngineSettings
 from .load import ForeignCpu
-from .runs import Run, create_run, open_run
+from .runs import TABLE_COLUMNS, Run, create_run, open_run
 
-__all__ = ["SweepConfig", "run_sweep", "summarize", "cell_key"]
+__all__ = ["SweepConfig", "SweepInterrupted", "run_sweep", "summarize", "cell_key"]
 
 # The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
 # of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
@@ -91,6 +92,8 @@ class SweepConfig:
                              f"{self.max_tokens}")
         if self.reps < 1 or self.warmup < 0:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.prompts < 1:
             raise ValueError(f"prompts must be >= 1, got {self.prompts}")
         for t in self.temperatures:
@@ -233,6 +236,7 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progr
     for _ in range(cfg.warmup):
         for _, eng in arms:
             _call(eng, "warmup", -1, 0, groups[0], requests, prompts, cfg, source, temperature)
+    faults.point("mid-cell")
     calls = []
     for rep in range(cfg.reps):
         for index, group in enumerate(groups):
@@ -248,18 +252,30 @@ def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progr
                          for r, p in zip(requests, prompts)]}
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM through the CLI) stopped the sweep; the engines are shut down and
+    the run at :attr:`path` is resumable (``specbench sweep --resume PATH``)."""
+
+    def __init__(self, path: Path, done: int, total: int):
+        super().__init__(f"interrupted: resume with `specbench sweep --resume {path}`")
+        self.path, self.done, self.total = path, done, total
+
+
 def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True,
               close: bool = True) -> Run:
     """Measure the grid into a new run (or finish the incomplete run at ``resume``).
 
     With ``close=False`` the tables are written but the run stays open, so the caller can add
-    the executed notebook before calling ``run.finish()``."""
+    the executed notebook before calling ``run.finish()``. Ctrl-C raises
+    :class:`SweepInterrupted` once the engines are shut down; a failed write (a full disk)
+    raises ``OSError`` naming the file, with ``run_path`` set to the resumable run."""
     if resume:
         # A resumed run continues the grid it was started with, whatever else was passed.
         run = open_run(resume)
         if run.complete:
             return run
         cfg = SweepConfig.from_manifest(run.manifest)
+        run.discard_partial_writes()   # a write the kill cut short; its cell is redone
     cfg.validate()
     model = cfg.resolved_model()
     if not resume:
@@ -268,27 +284,58 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     todo = [c for c in cfg.cells() if cell_key(*c) not in done]
     bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
                desc="sweep", disable=not progress)
+    with faults.Interrupts() as interrupts:
+        try:
+            _measure(run, cfg, model, todo, bar, interrupts)
+            bar.close()
+            finalize(run, cfg, close)
+        except KeyboardInterrupt:
+            raise SweepInterrupted(run.path, len(run.parts()), len(cfg.cells())) from None
+        except OSError as exc:
+            exc.run_path = run.path
+            raise
+        finally:
+            bar.close()  # before any message: the bar's line is finished, not overwritten
+    return run
+
+
+def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts) -> None:
+    """Every cell in ``todo``, one engine per γ (and the paired base engine), each cell
+    written as a part when done."""
     base = None
     try:
         if cfg.paired and any(g > 0 for g, *_ in todo):
-            base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, seed=cfg.seed,
-                                               **cfg.engine_options()))
+            try:
+                base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, seed=cfg.seed,
+                                             **cfg.engine_options()))
+            except Exception as exc:  # noqa: BLE001 - no cell can run: each records why
+                if interrupts.seen:
+                    raise KeyboardInterrupt from exc
+                for g, w, b, t in todo:
+                    run.write_part(cell_key(g, w, b, t), _failure(g, w, b, exc, t))
+                    bar.update()
+                return
         for gamma in sorted({g for g, *_ in todo}):
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
                 engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
                                                **cfg.engine_options()))
             except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
+                if interrupts.seen:  # the engine died of the user's Ctrl-C: not a failed cell
+                    raise KeyboardInterrupt from exc
                 for w, b, t in cells:
                     run.write_part(cell_key(gamma, w, b, t), _failure(gamma, w, b, exc, t))
                     bar.update()
                 continue
             with engine:
+                faults.point("after-engine-start")
                 for w, b, t in cells:
                     try:
                         record = _run_cell(engine, w, b, cfg, bar,
                                            base if gamma > 0 else None, t)
                     except Exception as exc:  # noqa: BLE001
+                        if interrupts.seen:
+                            raise KeyboardInterrupt from exc
                         record = _failure(gamma, w, b, exc, t)
                     else:
                         record.update(gamma=gamma, workload=w, batch=b, temperature=t,
@@ -299,9 +346,6 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     finally:
         if base is not None:
             base.close()
-    bar.close()
-    finalize(run, cfg, close)
-    return run
 
 
 def _failure(gamma, workload, batch, exc, temperature=0.0) -> dict:
@@ -316,6 +360,7 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     parts = run.parts()
     reps, cells, requests = tables(parts, cfg.max_load)
     run.write_table("reps.csv", reps)
+    faults.point("during-finalize")
     run.write_table("cells.csv", cells)
     run.write_table("requests.csv", requests)
     loaded = int(cells["loaded"].fillna(False).astype(bool).sum()) if "loaded" in cells else 0
@@ -414,6 +459,11 @@ def tables(parts: dict[str, dict], max_load: float = 2.0):
     reps = pd.DataFrame(rep_rows)
     cells = _add_baseline_rows(cells, requests, reps, max_load)
     cells = cells.sort_values(KEY).reset_index(drop=True)
+    # With no successful cell the measured columns do not exist yet: the tables still have
+    # them (empty), so the run closes and lists every cell's cause.
+    reps = reps.reindex(columns=list(dict.fromkeys([*TABLE_COLUMNS["reps.csv"], *reps.columns])))
+    cells = cells.reindex(columns=list(dict.fromkeys(
+        [*TABLE_COLUMNS["cells.csv"], "error", *cells.columns])))
     return reps, cells, requests
 
 
