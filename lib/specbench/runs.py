@@ -106,7 +106,8 @@ TABLE_COLUMNS = {
 }
 # Columns that are text or flags; every other column a reader relies on must be a number.
 TEXT_COLUMNS = {"workload", "status", "model", "family", "accepted_per_pos", "outputs_equal",
-                "read_counters", "error"}
+                "read_counters", "error", "mode", "arm", "request", "output_sha256", "level",
+                "good", "verdict", "source", "ok"}
 # Columns that must have a value in every row (a truncated table loses them in its last row);
 # in cells.csv the measured ones only where status is 'ok'.
 REQUIRED_VALUES = {
@@ -303,9 +304,11 @@ def read_table(path: Path, kind: str | None = None) -> pd.DataFrame:
     for column in TABLE_COLUMNS.get(f"{kind}/{path.name}", TABLE_COLUMNS.get(path.name, [])):
         if column not in frame.columns:
             raise RunSchemaError(f"{path}: missing column {column!r}")
-    numeric = set(TABLE_COLUMNS.get(path.name, [])) - TEXT_COLUMNS
-    numeric |= {"gamma", "batch", "pot_ms", "ttft_ms", "n_reps", "rep", "output_tokens",
-                "wall_ms", "compute_ms", "self_ms", "tokens"} & set(frame.columns)
+    known = TABLE_COLUMNS.get(f"{kind}/{path.name}", TABLE_COLUMNS.get(path.name))
+    numeric = set(known or []) - TEXT_COLUMNS
+    if known is not None:  # tables this module knows; others (e.g. samples.csv) are free-form
+        numeric |= {"gamma", "batch", "pot_ms", "ttft_ms", "n_reps", "rep", "output_tokens",
+                    "wall_ms", "compute_ms", "self_ms", "tokens"} & set(frame.columns)
     for column in sorted(numeric):
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = values.isna() & frame[column].notna()
