@@ -71,4 +71,4 @@ def test_every_chapter_lists_its_runs():
     for build in (numbers.story, numbers.regimes, numbers.accuracy, numbers.host_floor,
                   numbers.measured, numbers.overview):
         n = build()
-        assert n.runs and all(r.split("-")[0] in ("sweep", "hostfloor", "overhead", "microbench", "lossless") for r in n.runs)
+        assert n.runs and all(r.split("-")[0] in ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving") for r in n.runs)

@@ -126,12 +126,17 @@ def test_analysis_leaves_d_missing_without_a_roofline():
         manifest = {"model_shape": None, "grid": {"max_tokens": 8},
                     "roofline_sku": rl.gpu_ceilings("NVIDIA GeForce RTX 4090")}
 
-    cells = pd.DataFrame({"workload": ["repeat"] * 2, "batch": [1, 1], "gamma": [0, 2],
-                          "pot_ms": [10.0, 5.0], "alpha": [0.0, 0.9],
-                          "tokens_per_step": [1.0, 2.8], "prompt_tokens": [100, 100]})
+    from specbench.predict import add_predictions
+    cells = pd.DataFrame({"sku": ["x"] * 2, "workload": ["repeat"] * 2, "batch": [1, 1],
+                          "gamma": [0, 2], "temperature": [0.0, 0.0], "pot_ms": [10.0, 5.0],
+                          "t_base_ms": [10.0, 10.0], "alpha": [0.0, 0.9],
+                          "divisor_counters": [1.0, 2.8], "drafting_share": [0.0, 1.0],
+                          "prompt_tokens": [100, 100], "d_micro": [float("nan")] * 2})
     run = FakeRun()
-    out = analysis.predict(cells, run)
+    cells["d_roofline"] = analysis._verify_overheads(cells, run)
+    out = add_predictions(cells)
     assert out["d"].isna().all() and out["pred_eq1_ms"].isna().all()
+    assert out["model_pot_ms"].isna().all()             # never a silent d = 0
     assert out["pred_blind_ms"].notna().all()          # the rival needs no roofline
     assert analysis.roofline_of(run).startswith("no roofline: no datasheet entry")
     run.manifest["hardware"] = {"gpus": [{"name": "NVIDIA GeForce RTX 4090"}]}
