@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -74,8 +75,10 @@ class _Sweep:
         env = {k: v for k, v in os.environ.items() if k != "SPECBENCH_FAULT"}
         if fault:
             env["SPECBENCH_FAULT"] = fault
+        # Files, not pipes: an engine process that outlives its parent would hold a pipe open.
+        self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "specbench.cli", "sweep", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     stdout=self._out, stderr=self._err, text=True,
                                      env=env, start_new_session=True)
         self.main = psutil.Process(self.proc.pid)
         self.descendants: set = set()
@@ -96,7 +99,9 @@ class _Sweep:
                 return
             time.sleep(0.2)
         assert self.proc.poll() is not None, "the sweep did not end in time"
-        self.out, self.err = self.proc.communicate()
+        self._out.seek(0)
+        self._err.seek(0)
+        self.out, self.err = self._out.read(), self._err.read()
 
     def survivors(self, grace=15.0):
         import psutil
@@ -110,10 +115,16 @@ class _Sweep:
         return [(p.pid, " ".join(p.cmdline()[:3])) for p in alive]
 
     def reap(self):
+        """SIGKILL whatever is left of its session, and every descendant seen, by PID."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)   # whatever is left of its group
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for p in self.descendants:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 def test_killed_and_interrupted_sweep_resumes_without_losing_a_cell(tmp_path):
