@@ -11,6 +11,11 @@ import signal
 import sys
 
 from . import cliargs
+from .runs import DEFAULT_ROOT
+
+# Every command writes to the store the book reads ($SPECBENCH_RUNS, else the checkout's
+# runs/), wherever it is started from.
+STORE = str(DEFAULT_ROOT)
 
 # The sweep flags a resumed run may not take: it keeps the settings it was started with.
 RESUME_CONFLICTS = ["--model", "--gammas", "--batches", "--workloads", "--workload-file",
@@ -67,8 +72,8 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                    help=f"timed repetitions per cell ({DEFAULT_REPS})")
     p.add_argument("--dtype", type=cliargs.dtype, default="bfloat16",
                    help=f"one of {', '.join(cliargs.DTYPES)} (bfloat16)")
-    p.add_argument("--root", type=cliargs.store_root, default="runs",
-                   help="run store folder (runs)")
+    p.add_argument("--root", type=cliargs.store_root, default=STORE,
+                   help="run store folder (default: $SPECBENCH_RUNS, else the checkout's runs/)")
     p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
                    help="finish an interrupted run in place (no other sweep flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
@@ -128,7 +133,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demand-tokens-per-s", type=float, default=1000.0,
                    help="peak demand the fleet serves, output tokens/s (1000)")
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--root", default="runs")
+    p.add_argument("--root", default=STORE)
     p.add_argument("--notes", default="")
 
 
@@ -161,7 +166,7 @@ def main(argv=None) -> int:
     over.add_argument("--model", type=cliargs.model_ref)
     over.add_argument("--pairs", type=cliargs.positive_int, default=8,
                       help="alternating pairs (8)")
-    over.add_argument("--root", type=cliargs.store_root, default="runs")
+    over.add_argument("--root", type=cliargs.store_root, default=STORE)
     micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
                            "(the verify cost d of the headline model)",
                            description="Microbenchmark the linear layers vLLM's CPU backend "
@@ -175,7 +180,7 @@ def main(argv=None) -> int:
                        help="cached tokens (900)")
     micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
                        help="timed calls per kernel (30)")
-    micro.add_argument("--root", type=cliargs.store_root, default="runs")
+    micro.add_argument("--root", type=cliargs.store_root, default=STORE)
     loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
                           "distribution unchanged (temperature > 0)",
                           description="Seeded samples of one prompt with and without n-gram "
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
                       help="samples per arm (48)")
     loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
                       help="compared positions (24)")
-    loss.add_argument("--root", type=cliargs.store_root, default="runs")
+    loss.add_argument("--root", type=cliargs.store_root, default=STORE)
     sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
                    "(specbench plan --help)", add_help=False)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
@@ -198,7 +203,7 @@ def main(argv=None) -> int:
                            "with vLLM's benchmark client at each level, write a 'serving' run.")
     _serve_args(serve)
     lst = sub.add_parser("runs", help="list the runs in the store")
-    lst.add_argument("--root", type=cliargs.existing_dir, default="runs")
+    lst.add_argument("--root", type=cliargs.existing_dir, default=STORE)
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
                          "(submit, status, collect, resubmit)")
     from .cluster import add_arguments as _cluster_arguments
