@@ -64,10 +64,13 @@ def strip(notebook, patterns) -> nbformat.NotebookNode:
     return notebook
 
 
-def main() -> None:
+def main(names: list[str] | None = None) -> None:
+    """Every chapter, or only those named (``python scripts/update_references.py planning``)."""
     OUT.mkdir(parents=True, exist_ok=True)
     patterns = sanitize_patterns()
     for chapter in chapters():
+        if names and chapter.stem not in names:
+            continue
         notebook = jupytext.read(chapter)
         NotebookClient(notebook, timeout=600, kernel_name="python3",
                        resources={"metadata": {"path": str(OUT)}}).execute()
@@ -77,4 +80,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(sys.argv[1:])
