@@ -96,7 +96,8 @@ def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     mine = cells[(cells["sku"] == sku) & (cells["temperature"] == 0)]
     spec = mine[mine["gamma"] > 0]
     bench = spec[spec["workload"].str.startswith("specbench:")]
-    n.add(runs=list(dict.fromkeys(mine["run_id"])), sku=mine["sku_label"].iloc[0],
+    # Every sweep run whose cells the chapter's figures and tables show (all SKUs, sampled too).
+    n.add(runs=list(dict.fromkeys(cells["run_id"])), sku=mine["sku_label"].iloc[0],
           categories=int(bench["workload"].nunique()),
           prompts_per_category=int(bench["n_requests"].max()) if len(bench) else 0,
           cells=int(len(spec)))
