@@ -46,7 +46,7 @@ def error_table(cells: pd.DataFrame, by=("sku_label", "batch", "workload"),
     rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **_row(g, models)}
             for key, g in c.groupby(list(by))]
     rows.append({**{k: "all" for k in by}, **_row(c, models)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).rename(columns={"sku_label": "SKU"})
 
 
 def ablation_table(cells: pd.DataFrame) -> pd.DataFrame:
