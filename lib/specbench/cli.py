@@ -150,6 +150,16 @@ def serving_config_from_args(args):
                          demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes)
 
 
+def _measure(parser, cfg, measure) -> None:
+    """Validate a measurement's configuration (a user error exits 2 before anything starts),
+    then measure and print the run folder."""
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(measure(cfg).path)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
@@ -221,21 +231,13 @@ def main(argv=None) -> int:
         cfg = MicrobenchConfig(model=args.model, dtype=args.dtype, batches=args.batches,
                                gammas=args.gammas, context=args.context,
                                repeats=args.repeats, root=str(args.root))
-        try:
-            cfg.validate()
-        except ValueError as exc:
-            parser.error(str(exc))
-        print(run_microbench(cfg).path)
+        _measure(parser, cfg, run_microbench)
     elif args.command == "lossless":
         from .lossless import LosslessConfig, run_lossless
         cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
                              temperatures=args.temperatures, samples=args.samples,
                              tokens=args.tokens, root=str(args.root))
-        try:
-            cfg.validate()
-        except ValueError as exc:
-            parser.error(str(exc))
-        print(run_lossless(cfg).path)
+        _measure(parser, cfg, run_lossless)
     elif args.command == "cluster":
         from .cluster import main as cluster_main
         return cluster_main(args, clu)

@@ -16,12 +16,12 @@ the output token ids either (outputs often copy the article back): only their ha
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from itertools import chain, zip_longest
 from pathlib import Path
 
 from .runs import REPO_ROOT, sha256_file
+from .workload_file import json_lines
 from .workloads import Request
 
 __all__ = ["CATEGORIES", "SpecBenchSource", "default_path", "read_questions"]
@@ -47,13 +47,7 @@ def read_questions(path: Path) -> list[dict]:
             "from the Spec-Bench repository (hemingkx/Spec-Bench) and pass its path, or set "
             "SPECBENCH_SPEC_BENCH")
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
+    for number, row in json_lines(path):
         for field, kind in (("question_id", int), ("category", str), ("turns", list)):
             if not isinstance(row.get(field), kind):
                 raise ValueError(f"{path}, line {number}: field {field!r} missing or not "

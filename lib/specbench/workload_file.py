@@ -17,15 +17,13 @@ from pathlib import Path
 from .runs import sha256_file
 from .workloads import Request
 
-__all__ = ["FileSource", "read_prompts"]
+__all__ = ["FileSource", "read_prompts", "json_lines"]
 
 
-def read_prompts(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: workload file not found")
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+def json_lines(path: Path):
+    """(line number, JSON object) for every non-blank line; a line that is not a JSON object
+    is an error naming the file and line."""
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -34,6 +32,15 @@ def read_prompts(path: str | Path) -> list[dict]:
             raise ValueError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
         if not isinstance(row, dict):
             raise ValueError(f"{path}, line {number}: expected a JSON object")
+        yield number, row
+
+
+def read_prompts(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: workload file not found")
+    rows = []
+    for number, row in json_lines(path):
         if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise ValueError(f"{path}, line {number}: field 'prompt' missing or not a "
                              "non-empty string")
