@@ -12,8 +12,10 @@ help:  ## list the targets
 setup:  ## create .venv with the engine, the package and the book/test tools (idempotent)
 	scripts/setup.sh
 
+# One prompt per batch-1 cell (a batch-4 cell still runs four) keeps `make book` near 20 minutes
+# with the paired baseline; `make measure-acceptance` measures more prompts per cell.
 measure: setup  ## measure on this machine: the γ-sweep and the host-floor profile (new runs)
-	$(PY) -m specbench.notebooks sweep
+	$(PY) -m specbench.notebooks sweep -p prompts 1
 	$(PY) -m specbench.notebooks host_floor
 
 # Acceptance across its range: Spec-Bench categories and the project's edit/repeat/open workloads

@@ -177,8 +177,11 @@ def _hash(ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
 
 
-def _select(engine: Engine, source, cfg: SweepConfig) -> tuple[list, list[list[int]]]:
-    """The first ``cfg.prompts`` requests of a source that fit the context, tokenized."""
+def _select(engine: Engine, source, cfg: SweepConfig, batch: int = 1
+            ) -> tuple[list, list[list[int]]]:
+    """The first requests of a source that fit the context, tokenized: ``cfg.prompts`` of
+    them, and at least a full batch (so a batch-N cell always runs N requests together)."""
+    wanted = -(-max(cfg.prompts, batch) // batch) * batch
     chosen, prompts = [], []
     limit = engine.settings.max_model_len
     for request in source.candidates():
@@ -186,7 +189,7 @@ def _select(engine: Engine, source, cfg: SweepConfig) -> tuple[list, list[list[i
         if len(ids) + (request.max_tokens or cfg.max_tokens) <= limit:
             chosen.append(request)
             prompts.append(ids)
-        if len(chosen) == cfg.prompts:
+        if len(chosen) == wanted:
             break
     if not chosen:
         raise ValueError(f"{source.name}: no prompt fits the context of {limit} tokens")
@@ -229,7 +232,7 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
 def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progress=None,
               base: Engine | None = None, temperature: float = 0.0) -> dict:
     source = cfg.source(workload)
-    requests, prompts = _select(engine, source, cfg)
+    requests, prompts = _select(engine, source, cfg, batch)
     groups = [list(range(i, min(i + batch, len(requests))))
               for i in range(0, len(requests), batch)]
     arms = [("base", base), ("spec", engine)] if base is not None else [("spec", engine)]
