@@ -230,7 +230,7 @@ def speedup_vs_alpha(cells: pd.DataFrame) -> alt.LayerChart:
                  alt.Tooltip("drafting_share", format=".2f"),
                  alt.Tooltip("speedup", format=".2f")])
     return alt.layer(lines, points).properties(
-        width=520, height=320, title="Speedup against acceptance: dashed lines αγ+1 per γ"
+        width=420, height=320, title="Speedup against acceptance: dashed lines αγ+1 per γ"
     ).configure_legend(labelLimit=0)
 
 
@@ -250,7 +250,7 @@ def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
         tooltip=["sku_label", "workload", "batch", "gamma", alt.Tooltip("pot_ms", format=".2f"),
                  alt.Tooltip(column, format=".2f")])
     return alt.layer(diagonal, points).properties(
-        width=480, height=360, title=f"Parity: {label} against measurement, every cell"
+        width=400, height=340, title=f"Parity: {label} against measurement, every cell"
     ).configure_legend(labelLimit=0)
 
 
