@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
+import standin_sweep
 from specbench import sweep
-from specbench.counters import SpecCounters
-from specbench.engine import Generation
 from specbench.runs import load_runs
 
 
@@ -44,52 +43,25 @@ def test_cli_reports_bad_parameters_cleanly():
     assert "Traceback" not in out.stderr
 
 
-class StandInEngine:
-    """Fixed outputs: γ=3 fails to start, the 'open' cells of γ=2 fail mid-cell."""
-    startup_s = 0.0
+class FailingEngine(standin_sweep.StandInEngine):
+    """The shared stand-in, except γ=3 fails to start and the 'open' cells of γ=2 fail
+    mid-cell (the only workload decoded with a repetition penalty)."""
 
     def __init__(self, settings):
         if settings.gamma == 3:
             raise RuntimeError("engine would not start")
-        self.settings = settings
-        self.total = SpecCounters(0, 0, 0, ())
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def close(self):
-        pass
-
-    def encode_chat(self, messages, continue_final=True):
-        return [1, 2, 3]
+        super().__init__(settings)
 
     def generate(self, prompts, max_tokens, sampling=None, read_counters=True):
-        g = self.settings.gamma
-        max_tokens = max_tokens[0] if isinstance(max_tokens, list) else max_tokens
-        sampling = sampling[0] if isinstance(sampling, list) else sampling
-        if g == 2 and sampling and sampling.get("repetition_penalty", 1) > 1:
+        first = sampling[0] if isinstance(sampling, list) else sampling
+        if self.settings.gamma == 2 and first and first.get("repetition_penalty", 1) > 1:
             raise RuntimeError("cell failed")
-        delta = SpecCounters(10, 10 * g, 8 * g, (8,) * g) if g else None
-        if delta:
-            self.total = SpecCounters(self.total.drafts + 10, self.total.draft_tokens + 10 * g,
-                                      self.total.accepted_tokens + 8 * g, ())
-        n = len(prompts)
-        return Generation(wall_s=1.0, ttft_s=[0.1] * n, decode_s=[0.9 / (1 + g)] * n,
-                          output_tokens=[max_tokens] * n, token_ids=[[5] * max_tokens] * n,
-                          texts=["x"] * n, counters=delta, counters_after=self.total if g else None,
-                          iterations=None)
+        return super().generate(prompts, max_tokens, sampling, read_counters)
 
 
 def test_failing_cells_are_recorded_and_the_sweep_goes_on(tmp_path, model_dir, monkeypatch):
-    monkeypatch.setattr(sweep, "Engine", StandInEngine)
-    monkeypatch.setattr(sweep, "contract", lambda kind, model, dtype: {
-        "kind": kind, "sku": "cpu-test-1t-bfloat16", "code": {"revision": "x"},
-        "model": {"name": "m", "path": model, "weights_sha256": "a", "tokenizer_sha256": "b"},
-        "engine": {"name": "stand-in", "version": "0", "settings": {}}, "hardware": {},
-        "dtype": dtype})
+    monkeypatch.setattr(sweep, "Engine", FailingEngine)
+    monkeypatch.setattr(sweep, "contract", standin_sweep.stand_in_contract)
     cfg = sweep.SweepConfig(model=str(model_dir), gammas=(0, 2, 3), batches=(1, 4), reps=2,
                             warmup=1, max_tokens=10, root=str(tmp_path / "runs"))
     run = sweep.run_sweep(cfg, progress=False)
