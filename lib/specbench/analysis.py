@@ -118,10 +118,10 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
 
 def _micro_d(cells: pd.DataFrame, root) -> pd.Series:
     """d from the latest microbenchmark run of each SKU: extra kernel time over t_base."""
+    from .microbench import latest_verify
     out = pd.Series(np.nan, index=cells.index)
-    latest = {r.sku: r for r in load_runs(root, kind="microbench")}
-    for sku, run in latest.items():
-        delta = run.table("verify.csv").set_index(["batch", "gamma"])["delta_ms"]
+    for sku, verify in latest_verify(root).items():
+        delta = verify.set_index(["batch", "gamma"])["delta_ms"]
         mine = cells["sku"] == sku
         out[mine] = [delta.get((b, g), np.nan) / t for b, g, t in
                      zip(cells.loc[mine, "batch"], cells.loc[mine, "gamma"],

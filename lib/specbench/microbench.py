@@ -190,3 +190,10 @@ def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
                                                   cfg.gammas))
     run.finish()
     return run
+
+
+def latest_verify(root) -> dict[str, pd.DataFrame]:
+    """Per SKU, the verify-step table (batch, γ, delta_ms, …) of its latest microbenchmark run:
+    the one place the model's d is read from the store."""
+    from .runs import load_runs
+    return {run.sku: run.table("verify.csv") for run in load_runs(root, kind="microbench")}

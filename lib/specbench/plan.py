@@ -151,10 +151,10 @@ def _roofline_d(run: Run, run_cells: pd.DataFrame, gammas, batch: int) -> dict[i
 def _micro_delta(root, sku: str, batch: int):
     """The latest kernel microbenchmark of the SKU: extra kernel ms of a verify step as a
     function of γ (linear between the measured γ), or None without such a run."""
-    runs = [r for r in load_runs(root, kind="microbench") if r.sku == sku]
-    if not runs:
+    from .microbench import latest_verify
+    v = latest_verify(root).get(sku)
+    if v is None:
         return None
-    v = runs[-1].table("verify.csv")
     v = v[v["batch"] == batch].sort_values("gamma")
     if v.empty:
         return None
