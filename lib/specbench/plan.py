@@ -283,7 +283,8 @@ def _ok_cells(run: Run) -> pd.DataFrame:
 
 
 def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
-                   workload: str | None = None) -> pd.DataFrame:
+                   workload: str | None = None,
+                   headline_cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per workload × batch × γ of the SKU's latest sweep: prediction beside measurement.
 
     Columns: run_id, sku, workload, batch, gamma, alpha, divisor, divisor_source, d, h_ms,
@@ -294,8 +295,9 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     """
     run = _sku_runs(root, sku)
     cells = _ok_cells(run)
-    from .analysis import sweep_cells
-    headline_cells = sweep_cells(root)
+    if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
+        from .analysis import sweep_cells
+        headline_cells = sweep_cells(root)
     if batch is not None and batch not in set(cells["batch"]):
         raise PlanInputError("--batch", f"batch {batch} was not measured in {run.run_id} "
                              f"(batches: {sorted(set(cells['batch']))})")
@@ -459,7 +461,8 @@ def _break_even(gamma: int, v: float) -> float:
         return np.nan
 
 
-def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+def break_even_table(root=DEFAULT_ROOT, headline_cells: pd.DataFrame | None = None
+                     ) -> pd.DataFrame:
     """Per SKU × batch × workload × γ of each SKU's latest sweep: the engine's verification
     overhead v, the break-even per-position α at that v, and where the workload's measured
     per-position α sits.
@@ -468,8 +471,9 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
     c = 0 (n-gram drafting runs no draft model; its CPU lookup is inside the host terms) and
     the model charges (t_base·(1 + d(γ)) + h) / t_base, so v = (d(γ) + h/t_base) / γ.
     """
-    from .analysis import sweep_cells
-    headline_cells = sweep_cells(root)
+    if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
+        from .analysis import sweep_cells
+        headline_cells = sweep_cells(root)
     rows = []
     for run in _latest_sweeps(root):
         cells = _ok_cells(run)
@@ -856,12 +860,15 @@ def chapter_numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     """
     runs = _latest_sweeps(root)
     first = runs[0]
-    plans = pd.concat([plan_from_runs(r.sku, root) for r in runs], ignore_index=True)
+    from .analysis import sweep_cells
+    headline = sweep_cells(root)
+    plans = pd.concat([plan_from_runs(r.sku, root, headline_cells=headline) for r in runs],
+                      ignore_index=True)
     recs = plans.drop_duplicates(["sku", "workload", "batch"]).copy()
     at_rec = plans[plans["gamma"] == plans["recommended"]]
     on = at_rec[at_rec["gamma"] > 0]
     spec = plans[plans["gamma"] > 0]
-    be = break_even_table(root)
+    be = break_even_table(root, headline)
     neg = negative_cells(root)
     price = priced(price_per_replica_hour, itl_slo_ms, demand_tokens_per_s, root)
     decisions = priced_decisions(price)
