@@ -15,26 +15,26 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # One prompt per batch-1 cell (a batch-4 cell still runs four) keeps `make book` near 20 minutes
 # with the paired baseline; `make measure-acceptance` measures more prompts per cell.
 measure: setup  ## measure on this machine: the γ-sweep and the host-floor profile (new runs)
-	$(PY) -m specbench.notebooks sweep -p prompts 1
-	$(PY) -m specbench.notebooks host_floor
+	$(PY) -m specbench.cli.notebooks sweep -p prompts 1
+	$(PY) -m specbench.cli.notebooks host_floor
 
 # Acceptance across its range: Spec-Bench categories and the project's edit/repeat/open workloads
 # (paired baseline), the kernel microbenchmark behind the model's d, the lossless test at
 # temperature > 0 and the temperature cells. About 45 minutes on the 2-core reference CPU.
 SPEC_BENCH_WORKLOADS := '["repeat","open","edit","specbench:multi-turn","specbench:translation","specbench:summarization","specbench:qa","specbench:math_reasoning","specbench:rag"]'
 measure-acceptance: setup  ## Spec-Bench sweep, kernel microbenchmark, lossless test (~45 min)
-	$(PY) -m specbench.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
+	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
 	    -p max_tokens 64 -p reps 2
-	$(PY) -m specbench.cli microbench
-	$(PY) -m specbench.cli lossless
-	$(PY) -m specbench.notebooks sweep -p workloads '["repeat","edit"]' -p gammas '[0,4]' \
+	$(PY) -m specbench.cli.main microbench
+	$(PY) -m specbench.cli.main lossless
+	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","edit"]' -p gammas '[0,4]' \
 	    -p batches '[1]' -p temperatures '[0.5]' -p max_tokens 64 -p reps 2
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
-	$(PY) -m specbench.cli overhead
+	$(PY) -m specbench.cli.main overhead
 
 serving: setup  ## a real vLLM server under load from vLLM's benchmark client (a 'serving' run, ~15 min)
-	$(PY) -m specbench.notebooks serving
+	$(PY) -m specbench.cli.notebooks serving
 
 book: measure book-from-runs  ## measure here, then render the book with every run present
 
@@ -57,7 +57,7 @@ test-data: setup  ## checks of the committed runs in runs/ (not of the code)
 gpu-sweep:  ## on an NVIDIA machine: install vllm and measure MODEL=/path/or/hub-id [CUDA_GRAPHS=1] (untested)
 	@test -n "$(MODEL)" || { echo "usage: make gpu-sweep MODEL=/path/to/checkpoint" >&2; exit 2; }
 	ENGINE=vllm scripts/setup.sh
-	$(PY) -m specbench.notebooks sweep -p model "$(MODEL)" $(if $(CUDA_GRAPHS),-p cuda_graphs True)
+	$(PY) -m specbench.cli.notebooks sweep -p model "$(MODEL)" $(if $(CUDA_GRAPHS),-p cuda_graphs True)
 
 references: setup  ## re-execute the chapters into tests/nbval (after a chapter or run changes)
 	$(PY) scripts/update_references.py

@@ -15,9 +15,9 @@ import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
-from specbench.assets import embedded_model_dir
-from specbench.engine import Engine, EngineSettings
-from specbench.workloads import messages
+from specbench.engine.assets import embedded_model_dir
+from specbench.engine.vllm_engine import Engine, EngineSettings
+from specbench.measure.workloads.builtin import messages
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 PORT = 8765

@@ -6,7 +6,7 @@ transformers, CUDA; no nsys). Minutes, not hours: each section stops at --budget
     driver; then torch's own device names, to check they agree and that the probe left CUDA
     uninitialised; the datasheet ceilings the roofline would use for that exact name.
 (b) **GEMMs** — bf16 ``F.linear`` at the verify shapes of every model in
-    :data:`specbench.roofline.MODELS`: rows N·(γ+1) for N ∈ {1, 4}, γ ∈ {0, 2, 4, 6}, each
+    :data:`specbench.theory.roofline.MODELS`: rows N·(γ+1) for N ∈ {1, 4}, γ ∈ {0, 2, 4, 6}, each
     weight cycled through enough copies to defeat the L2 cache; time per call against the
     roofline's max(FLOPs/peak, bytes/bandwidth) → efficiency, and d(γ) of the linear layers
     measured vs. predicted. Also one large GEMM and one large copy: the achieved ceilings.
@@ -42,13 +42,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from specbench import hardware, roofline  # noqa: E402  (neither touches torch.cuda)
+from specbench.engine import hardware
+
+from specbench.theory import roofline  # noqa: E402  (neither touches torch.cuda)
 
 VERIFY_BATCHES = (1, 4)
 VERIFY_GAMMAS = (0, 2, 4, 6)
 L2_DEFEAT_BYTES = 512 * 2**20      # cycle weights through more than any L2 (H200: 50 MB)
 TINY_SHAPE = roofline.ModelShape("tiny", 2, 64, 128, 4, 2, 256)
-# The published SmolLM2-1.7B shape (as specbench.hostfloor.LARGE_SHAPE), random weights.
+# The published SmolLM2-1.7B shape (as specbench.measure.hostfloor.LARGE_SHAPE), random weights.
 LARGE = roofline.ModelShape("SmolLM2-1.7B", 24, 2048, 8192, 32, 32, 49152)
 TABLES = ("probe.json", "ceilings.json", "gemm.csv", "gemm_d.csv", "decode_steps.csv",
           "decode.csv")
@@ -273,7 +275,7 @@ def compute_ms(prof, device: str) -> tuple[float, float]:
         rows = sum(getattr(r, "self_device_time_total", 0.0) or
                    getattr(r, "self_cuda_time_total", 0.0) for r in prof.key_averages())
         return events / 1e3, rows / 1e3
-    from specbench.profiler import HOST_FAMILY, classify
+    from specbench.measure.profiler import HOST_FAMILY, classify
     total = sum(r.self_cpu_time_total for r in prof.key_averages()
                 if classify(r.key) != HOST_FAMILY)
     return total / 1e3, total / 1e3
@@ -325,7 +327,7 @@ def decode_section(torch, transformers, args, budget: Budget) -> tuple[list[dict
 
 
 def per_step(steps: list[dict]) -> list[dict]:
-    """Median over repetitions of the 1-vs-N difference per step (as specbench.decompose)."""
+    """Median over repetitions of the 1-vs-N difference per step (as specbench.measure.decompose)."""
     out = []
     for model in sorted({s["model"] for s in steps}):
         diffs = []

@@ -71,8 +71,8 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # Derived files: rebuilt when missing, never committed.
-$VENV/bin/python -m specbench.assets model      # bf16 checkpoint in the user cache
-$VENV/bin/python -m specbench.assets vega        # offline vega bundle in book/_static
+$VENV/bin/python -m specbench.engine.assets model      # bf16 checkpoint in the user cache
+$VENV/bin/python -m specbench.engine.assets vega        # offline vega bundle in book/_static
 
 if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
   echo "[setup] installing Debian's chromium for the browser test"

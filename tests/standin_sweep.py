@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from specbench.counters import SpecCounters
-from specbench.engine import Generation
+from specbench.engine.counters import SpecCounters
+from specbench.engine.vllm_engine import Generation
 
 
 
@@ -58,7 +58,7 @@ def stand_in_contract(kind, model, dtype):
 
 def install(monkeypatch=None):
     """Replace the engine and the contract (no roofline microbenchmark) in the sweep."""
-    from specbench import sweep
+    from specbench.measure import sweep
     if monkeypatch is None:
         sweep.Engine, sweep.contract = StandInEngine, stand_in_contract
     else:
@@ -77,5 +77,5 @@ def model_folder(path: Path) -> Path:
 
 if __name__ == "__main__":
     install()
-    from specbench.cli import main
+    from specbench.cli.main import main
     sys.exit(main(sys.argv[1:]))

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from specbench import analysis, charts
-from specbench.runs import load_runs
+from specbench.report import analysis
+
+from specbench.report import charts
+from specbench.store.runs import load_runs
 
 
 @pytest.fixture(scope="module")

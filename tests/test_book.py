@@ -25,7 +25,7 @@ CDN = re.compile(r"https?://(cdn\.jsdelivr\.net|unpkg\.com|cdnjs\.cloudflare\.co
 
 
 # Every chart and table must fit the text column, or sit in a scroll box (.sb-scroll, from
-# specbench.tables and specbench.charts) that scrolls sideways and shows its hint.
+# specbench.report.tables and specbench.report.charts) that scrolls sideways and shows its hint.
 OVERFLOW_JS = """() => {
   if (window.specbenchMarkOverflow) window.specbenchMarkOverflow();
   const column = document.querySelector("article.bd-article") || document.querySelector("main");

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specbench import runs
+from specbench.store import runs
 
 BAD = [
     # sweep: types, ranges, unknown names
@@ -132,7 +132,7 @@ def _invoke(argv, places):
             and "--root" not in argv \
             and "--resume" not in argv:
         argv += ["--root", places["root"]]
-    return argv, subprocess.run([sys.executable, "-m", "specbench.cli", *argv],
+    return argv, subprocess.run([sys.executable, "-m", "specbench.cli.main", *argv],
                                 capture_output=True, text=True, timeout=120,
                                 cwd=places["base"])
 

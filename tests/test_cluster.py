@@ -5,8 +5,12 @@ import os
 
 import pytest
 
-from specbench import cli, cluster, runs
-from specbench.notebooks import NOTEBOOKS
+from specbench.cli import main as cli
+
+from specbench.cli import cluster
+
+from specbench.store import runs
+from specbench.cli.notebooks import NOTEBOOKS
 
 ROOT = NOTEBOOKS.parent
 

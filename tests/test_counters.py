@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specbench.counters import (MissingSpecMetrics, SpecCounters, from_prometheus_text,
+from specbench.engine.counters import (MissingSpecMetrics, SpecCounters, from_prometheus_text,
                                 from_vllm_metrics)
 
 

@@ -1,10 +1,10 @@
-"""Derived series (specbench.curves) against hand-computed cases and perturbations."""
+"""Derived series (specbench.report.curves) against hand-computed cases and perturbations."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from specbench import curves
-from specbench.counters import DecodeTally, SpecCounters
+from specbench.report import curves
+from specbench.engine.counters import DecodeTally, SpecCounters
 
 
 def _cell(**kw):

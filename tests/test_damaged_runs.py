@@ -12,7 +12,11 @@ import stat
 
 import pytest
 
-from specbench import analysis, runs, sweep
+from specbench.report import analysis
+
+from specbench.store import runs
+
+from specbench.measure import sweep
 
 import standin_sweep
 
@@ -160,7 +164,7 @@ def test_a_hidden_folder_is_not_a_run(store):
 
 
 def test_runs_command_lists_a_damaged_run_instead_of_failing(store, capsys):
-    from specbench import cli
+    from specbench.cli import main as cli
     root, run_dir = store
     (run_dir.parent / "stray").mkdir()
     assert cli.main(["runs", "--root", str(root)]) == 1

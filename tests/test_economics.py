@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from specbench import economics as econ
+from specbench.theory import economics as econ
 
 
 @pytest.mark.parametrize("alpha, expected", [(0.7, 2.31), (0.6, 1.92), (0.8, 2.80)])

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from specbench.runs import open_run
-from specbench.sweep import SweepConfig, run_sweep
+from specbench.store.runs import open_run
+from specbench.measure.sweep import SweepConfig, run_sweep
 
 pytestmark = pytest.mark.engine
 
@@ -77,7 +77,7 @@ class _Sweep:
             env["SPECBENCH_FAULT"] = fault
         # Files, not pipes: an engine process that outlives its parent would hold a pipe open.
         self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "specbench.cli", "sweep", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "specbench.cli.main", "sweep", *args],
                                      stdout=self._out, stderr=self._err, text=True,
                                      env=env, start_new_session=True)
         self.main = psutil.Process(self.proc.pid)

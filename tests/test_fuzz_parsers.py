@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specbench import runs
-from specbench.counters import (CounterFormatError, MissingSpecMetrics, SpecCounters,
+from specbench.store import runs
+from specbench.engine.counters import (CounterFormatError, MissingSpecMetrics, SpecCounters,
                                 from_prometheus_text, from_vllm_metrics)
-from specbench.hostfloor import NsysFormatError, read_kernel_summary_csv
+from specbench.measure.hostfloor import NsysFormatError, read_kernel_summary_csv
 
 from conftest import FIXTURES
 

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from specbench import roofline, runs
+from specbench.theory import roofline
+
+from specbench.store import runs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_device_check.py"
 

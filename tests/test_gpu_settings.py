@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from specbench import cli, contract, engine, sweep
-from specbench.engine import EngineSettings
+from specbench.cli import main as cli
+
+from specbench.store import contract
+
+from specbench.engine import vllm_engine as engine
+
+from specbench.measure import sweep
+from specbench.engine.vllm_engine import EngineSettings
 
 ARMS = (0, 2, 4, 6)
 

@@ -17,8 +17,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from specbench import numbers
-from specbench.wording import ClaimError
+from specbench.report.chapters import numbers
+from specbench.report.wording import ClaimError
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "a step emits at most γ+1 tokens"

@@ -10,7 +10,11 @@ import types
 
 import pytest
 
-from specbench import contract, engine, hardware
+from specbench.store import contract
+
+from specbench.engine import vllm_engine as engine
+
+from specbench.engine import hardware
 
 H100_L = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e9a1c7e-0b1e-4c2b-9d0a-1f2e3d4c5b6a)\n"
           "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-6f0b2d8f-1c2f-5d3c-0e1b-2a3f4e5d6c7b)\n")

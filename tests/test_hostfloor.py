@@ -3,7 +3,7 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from specbench import hostfloor as hf
+from specbench.measure import hostfloor as hf
 
 
 @pytest.mark.parametrize("name, family", [

@@ -1,5 +1,5 @@
 """The GPU host floor's profiled child, run for real (on this machine's CPU engine, without
-nsys): ``python -m specbench.hostfloor --child`` starts vLLM, times one call and leaves its
+nsys): ``python -m specbench.measure.hostfloor --child`` starts vLLM, times one call and leaves its
 result in the file it was given. About half a minute; skipped with SPECBENCH_SKIP_ENGINE=1."""
 import json
 import os
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specbench import hostfloor as hf
+from specbench.measure import hostfloor as hf
 
 pytestmark = pytest.mark.engine
 
 
 def test_child_entry_point_writes_its_result_file(tmp_path):
-    from specbench.assets import embedded_model_dir
+    from specbench.engine.assets import embedded_model_dir
 
     model = embedded_model_dir()
     if not (model / "config.json").exists():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from specbench.lossless import LEVEL, permutation_test, tv_statistic
+from specbench.measure.lossless import LEVEL, permutation_test, tv_statistic
 
 
 def _sampler(bias: float, n: int, length: int, seed: int):

@@ -2,8 +2,8 @@
 import pandas as pd
 import pytest
 
-from specbench.microbench import layer_shapes, step_kernel_ms, verify_delta_ms
-from specbench.roofline import MODELS
+from specbench.measure.microbench import layer_shapes, step_kernel_ms, verify_delta_ms
+from specbench.theory.roofline import MODELS
 
 
 def _kernels():

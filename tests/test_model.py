@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
-from specbench import model
+from specbench.theory import model
 
 alphas = st.floats(0, 1)
 gammas = st.integers(0, 16)

@@ -6,7 +6,7 @@ exports the report to ``NAME.sqlite`` — reusing an existing export unless
 ``--force-export=true`` — and writes ``<prefix>_<report>.csv`` in the kernel-summary format of
 tests/fixtures/nsys_*.csv. Each profile's kernels differ, so a profile that read another's
 report would be caught. The profiled child is replaced by a small script (starting vLLM is the
-engine test's job); ``python -m specbench.hostfloor --child`` itself is checked for its entry
+engine test's job); ``python -m specbench.measure.hostfloor --child`` itself is checked for its entry
 point here and run for real in tests/test_hostfloor_child.py.
 """
 import json
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specbench import hostfloor as hf
-from specbench import nsys
+from specbench.measure import hostfloor as hf
+from specbench.measure import nsys
 
 STAND_IN_NSYS = r'''#!{python}
 import json, os, pathlib, subprocess, sys
@@ -155,10 +155,10 @@ def test_a_child_without_result_is_an_error_naming_the_file(tmp_path, stand_in_n
 
 def test_the_child_entry_point_exists():
     env = {**os.environ, "PYTHONPATH": str(Path(hf.__file__).parents[1])}
-    done = subprocess.run([sys.executable, "-m", "specbench.hostfloor", "--help"],
+    done = subprocess.run([sys.executable, "-m", "specbench.measure.hostfloor", "--help"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0 and "--result" in done.stdout
-    bad = subprocess.run([sys.executable, "-m", "specbench.hostfloor", "--child", "--model",
+    bad = subprocess.run([sys.executable, "-m", "specbench.measure.hostfloor", "--child", "--model",
                           "m", "--tokens", "4"], capture_output=True, text=True, env=env,
                          timeout=60)
     assert bad.returncode == 2 and "--result" in bad.stderr
@@ -169,7 +169,7 @@ def test_gpu_host_floor_run_records_the_nsys_method(tmp_path, stand_in_nsys, mon
     come from each profile's own report, and the manifest describes nsys, not torch.profiler."""
     import types
 
-    from specbench import assets
+    from specbench.engine import assets
 
     torch = pytest.importorskip("torch")
 

@@ -2,13 +2,13 @@
 
 Each expected value is computed independently of the library — from reps.csv by hand, or
 taken from the reading of the runs recorded in issue 8 — so a wrong formula in
-specbench.numbers or specbench.curves fails here even when it is self-consistent.
+specbench.report.chapters.numbers or specbench.report.curves fails here even when it is self-consistent.
 """
 import pandas as pd
 import pytest
 
-from specbench import numbers
-from specbench.runs import load_runs
+from specbench.report.chapters import numbers
+from specbench.store.runs import load_runs
 
 pytestmark = pytest.mark.data
 

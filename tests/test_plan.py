@@ -10,16 +10,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench import analysis, economics, plan
-from specbench.reference import PUBLISHED
-from specbench.runs import load_runs
+from specbench.report import analysis
+
+from specbench.theory import economics
+
+from specbench.report import plan
+from specbench.report.reference import PUBLISHED
+from specbench.store.runs import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, root=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    cmd = [sys.executable, "-m", "specbench.cli", "plan", *args]
+    cmd = [sys.executable, "-m", "specbench.cli.main", "plan", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root or ROOT)
 
 
@@ -154,7 +158,7 @@ def test_per_position_alpha_is_the_likelihood_maximum():
 
 
 def test_kv_bytes_per_token_by_hand():
-    from specbench.roofline import ModelShape
+    from specbench.theory.roofline import ModelShape
     shape = ModelShape("s", layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3,
                        vocab=49152)
     assert plan.kv_bytes_per_token(shape) == 2 * 30 * 3 * 64 * 2

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.predict import add_predictions, bootstrap_mape, fit_host_ratio
-from specbench.transfer import leave_one_sku_out
+from specbench.theory.predict import add_predictions, bootstrap_mape, fit_host_ratio
+from specbench.report.transfer import leave_one_sku_out
 
 
 def _cells(noise=1.02):

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from specbench import roofline as rl
+from specbench.theory import roofline as rl
 
 
 def test_llama8b_h100_verify_overhead_is_small_and_grows_with_gamma():
@@ -120,13 +120,13 @@ def test_unknown_model_shape_is_explicit():
 def test_analysis_leaves_d_missing_without_a_roofline():
     import pandas as pd
 
-    from specbench import analysis
+    from specbench.report import analysis
 
     class FakeRun:
         manifest = {"model_shape": None, "grid": {"max_tokens": 8},
                     "roofline_sku": rl.gpu_ceilings("NVIDIA GeForce RTX 4090")}
 
-    from specbench.predict import add_predictions
+    from specbench.theory.predict import add_predictions
     cells = pd.DataFrame({"sku": ["x"] * 2, "workload": ["repeat"] * 2, "batch": [1, 1],
                           "gamma": [0, 2], "temperature": [0.0, 0.0], "pot_ms": [10.0, 5.0],
                           "t_base_ms": [10.0, 10.0], "alpha": [0.0, 0.9],

@@ -4,7 +4,7 @@ import os
 import pandas as pd
 import pytest
 
-from specbench import runs
+from specbench.store import runs
 
 
 def _manifest(**over):

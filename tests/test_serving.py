@@ -19,9 +19,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from specbench import serving
-from specbench.engine import EngineSettings
-from specbench.serving import (SLO, LoadDefinition, LoadError, Server, ServerError,
+from specbench.measure import serving
+from specbench.engine.vllm_engine import EngineSettings
+from specbench.measure.serving import (SLO, LoadDefinition, LoadError, Server, ServerError,
                                ServingConfig, crossover_point, qualified)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_gammas_must_include_zero(tmp_path, no_server):
 
 def test_cli_exits_2_on_a_bad_load(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    out = subprocess.run([sys.executable, "-m", "specbench.cli", "serve-bench", "--model",
+    out = subprocess.run([sys.executable, "-m", "specbench.cli.main", "serve-bench", "--model",
                           str(tmp_path), "--concurrencies", "0", "--root", str(tmp_path)],
                          capture_output=True, text=True, env=env)
     assert out.returncode == 2
@@ -215,7 +215,7 @@ def test_gauge_and_histogram_readers():
 # -- a real server --------------------------------------------------------------------------
 
 def _model():
-    from specbench.assets import embedded_model_dir
+    from specbench.engine.assets import embedded_model_dir
     return str(embedded_model_dir())
 
 
@@ -310,7 +310,7 @@ def test_killing_the_server_mid_load_is_a_clear_error_and_leaves_no_process(
 @pytest.mark.engine
 def test_a_terminated_harness_takes_its_server_with_it(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    cmd = [sys.executable, "-m", "specbench.cli", "serve-bench", "--gammas", "0",
+    cmd = [sys.executable, "-m", "specbench.cli.main", "serve-bench", "--gammas", "0",
            "--workloads", "repeat", "--concurrencies", "1", "--request-rates", "",
            "--num-prompts", "8", "--output-len", "200", "--root", str(tmp_path / "runs")]
     harness = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
@@ -344,7 +344,7 @@ def test_a_terminated_harness_takes_its_server_with_it(tmp_path):
 # -- the committed run and the chapter's numbers --------------------------------------------------
 
 def _committed_serving_run():
-    from specbench import serving_report
+    from specbench.report import serving as serving_report
     try:
         return serving_report.latest_run(ROOT / "runs")
     except FileNotFoundError:
@@ -373,7 +373,7 @@ def test_committed_serving_run_has_the_promised_columns_and_agreeing_acceptance(
 
 
 def test_chapter_numbers_name_their_run_and_state_the_crossover():
-    from specbench import serving_report
+    from specbench.report import serving as serving_report
     run = _committed_serving_run()
     numbers = serving_report.chapter_numbers(run)
     assert numbers["run_id"] == run.run_id

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from specbench import cli, cluster
-from specbench.runs import open_run
+from specbench.cli import main as cli
+
+from specbench.cli import cluster
+from specbench.store.runs import open_run
 
 pytestmark = pytest.mark.slurm
 

@@ -5,9 +5,11 @@ import sys
 
 import pytest
 
-from specbench import spec_bench, workloads
-from specbench.runs import REPO_ROOT
-from specbench.workload_file import FileSource, read_prompts
+from specbench.measure.workloads import spec_bench
+
+from specbench.measure.workloads import builtin as workloads
+from specbench.store.runs import REPO_ROOT
+from specbench.measure.workloads.operator_file import FileSource, read_prompts
 
 needs_file = pytest.mark.skipif(not spec_bench.default_path().exists(),
                                 reason="Spec-Bench question file not present")
@@ -106,7 +108,7 @@ def test_workload_file_output_tokens_win(tmp_path):
 def test_cli_rejects_a_bad_workload_file_before_any_engine(tmp_path, content):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
-    out = subprocess.run([sys.executable, "-m", "specbench.cli", "sweep", "--workload-file",
+    out = subprocess.run([sys.executable, "-m", "specbench.cli.main", "sweep", "--workload-file",
                           str(path), "--root", str(tmp_path / "runs")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and str(path) in out.stderr and "Traceback" not in out.stderr

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 import standin_sweep
-from specbench import sweep
-from specbench.runs import load_runs
+from specbench.measure import sweep
+from specbench.store.runs import load_runs
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_bad_parameters_fail_before_any_engine(change, message, model_dir):
 
 
 def test_cli_reports_bad_parameters_cleanly():
-    out = subprocess.run([sys.executable, "-m", "specbench.cli", "sweep", "--batches", "0"],
+    out = subprocess.run([sys.executable, "-m", "specbench.cli.main", "sweep", "--batches", "0"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "batch must be a whole number >= 1" in out.stderr
     assert "Traceback" not in out.stderr

@@ -2,7 +2,7 @@
 the disk full, every cell failing. The engine is the stand-in of tests/standin_sweep.py (the
 bookkeeping is what is tested; tests/test_engine.py kills and interrupts the real engine).
 
-Kills land where they are meant to through the fault points of :mod:`specbench.faults`
+Kills land where they are meant to through the fault points of :mod:`specbench.store.faults`
 (``SPECBENCH_FAULT=<point>[@n][=kill|sigint]``), not through timers.
 """
 import errno
@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 import specbench
-from specbench import analysis, cli, runs, sweep
-from specbench.runs import open_run
+from specbench.report import analysis
+from specbench.cli import main as cli
+from specbench.store import runs
+from specbench.measure import sweep
+from specbench.store.runs import open_run
 
 import standin_sweep
 
@@ -114,7 +117,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, model):
     """`kill PID` (SIGTERM) stops the sweep the same clean, resumable way."""
     root = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-c",
-                             "import os, signal, sys, runpy; from specbench import faults\n"
+                             "import os, signal, sys, runpy; from specbench.store import faults\n"
                              "faults.point = lambda name, _p=faults.point: ("
                              "os.kill(os.getpid(), signal.SIGTERM) if name == 'mid-cell' "
                              "else None)\n"

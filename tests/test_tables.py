@@ -1,8 +1,8 @@
-"""Readable tables (specbench.tables): no index column, rounding, a scroll box with a hint."""
+"""Readable tables (specbench.report.tables): no index column, rounding, a scroll box with a hint."""
 import numpy as np
 import pandas as pd
 
-from specbench import tables
+from specbench.report import tables
 
 
 def test_table_html_has_no_index_rounds_and_scrolls():

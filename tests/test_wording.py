@@ -1,10 +1,10 @@
-"""Computed wording and guards (specbench.wording)."""
+"""Computed wording and guards (specbench.report.wording)."""
 import math
 
 import pytest
 
-from specbench import wording
-from specbench.wording import ClaimError, claim, compare, regime, size_word
+from specbench.report import wording
+from specbench.report.wording import ClaimError, claim, compare, regime, size_word
 
 
 def test_claim_returns_the_sentence_or_names_it():

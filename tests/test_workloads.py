@@ -1,6 +1,6 @@
 import pytest
 
-from specbench import workloads
+from specbench.measure.workloads import builtin as workloads
 
 
 @pytest.mark.parametrize("workload", ["repeat", "open"])

@@ -1,0 +1,324 @@
+"""Command line: ``specbench sweep`` measures a run, ``specbench microbench`` times the
+engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
+``specbench overhead`` benchmarks the harness, ``specbench serve-bench`` measures a real
+server under load, ``specbench runs`` lists what is stored,
+``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
+``specbench <command> --help`` for details."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from specbench.cli import args as cliargs
+from specbench.store.runs import DEFAULT_ROOT
+
+# Every command writes to the store the book reads ($SPECBENCH_RUNS, else the checkout's
+# runs/), wherever it is started from.
+STORE = str(DEFAULT_ROOT)
+
+# The sweep flags a resumed run may not take: it keeps the settings it was started with.
+RESUME_CONFLICTS = ["--model", "--gammas", "--batches", "--workloads", "--workload-file",
+                    "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
+                    "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
+                    "--cuda-graphs", "--async-scheduling", "--speculative-method"]
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}")
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    from specbench.measure.sweep import DEFAULT_REPS, DEFAULT_WARMUP
+    p.add_argument("--model", type=cliargs.model_ref,
+                   help="checkpoint folder or hub id (default: the embedded "
+                        "SmolLM2-135M-Instruct built by scripts/setup.sh)")
+    p.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6),
+                   help="speculative tokens γ (must include 0), default 0,2,4,6")
+    p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4),
+                   help="batch sizes, default 1,4")
+    p.add_argument("--workloads", default="repeat,open",
+                   help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
+                        "translation, summarization, qa, math_reasoning, rag); default repeat,open")
+    p.add_argument("--workload-file", action="append", default=[], metavar="FILE.jsonl",
+                   type=cliargs.existing_file,
+                   help="your own prompts in vLLM's custom-dataset format (one JSON object per "
+                        "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
+                        "--workloads as file:FILE.jsonl")
+    p.add_argument("--prompts", type=cliargs.positive_int, default=4, help="prompts per cell: the first K of a "
+                   "workload that fit the context (4)")
+    p.add_argument("--temperatures", type=_floats, default=(0.0,),
+                   help="sampling temperatures, comma list (default 0: greedy); seeded")
+    p.add_argument("--seed", type=cliargs.nonnegative_int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
+                   "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file, help="Spec-Bench question file "
+                   "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
+    p.add_argument("--max-tokens", type=cliargs.positive_int, default=128,
+                   help="new tokens per request (128)")
+    p.add_argument("--warmup", type=cliargs.nonnegative_int, default=DEFAULT_WARMUP,
+                   help=f"warmup calls per cell ({DEFAULT_WARMUP})")
+    p.add_argument("--reps", type=cliargs.positive_int, default=DEFAULT_REPS,
+                   help=f"timed repetitions per cell ({DEFAULT_REPS})")
+    p.add_argument("--dtype", type=cliargs.dtype, default="bfloat16",
+                   help=f"one of {', '.join(cliargs.DTYPES)} (bfloat16)")
+    p.add_argument("--root", type=cliargs.store_root, default=STORE,
+                   help="run store folder (default: $SPECBENCH_RUNS, else the checkout's runs/)")
+    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
+                   help="finish an interrupted run in place (no other sweep flags with it)")
+    p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
+                   help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
+                        "(recorded in the manifest)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="GPU only: vLLM's async scheduling for every arm (needs "
+                        "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
+                   help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
+
+
+def config_from_args(args):
+    from specbench.measure.sweep import SweepConfig
+    names = [w for w in args.workloads.split(",") if w] if args.workloads else []
+    names += [f"file:{f}" for f in args.workload_file]
+    return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
+                       workloads=tuple(names), max_tokens=args.max_tokens,
+                       warmup=args.warmup, reps=args.reps, dtype=args.dtype,
+                       root=str(args.root),
+                       notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
+                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       enforce_eager=not args.cuda_graphs,
+                       async_scheduling=args.async_scheduling,
+                       speculative_method=args.speculative_method)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    """Comma-separated request rates; an empty string means none."""
+    try:
+        return tuple(float(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    from specbench.measure.serving import DEFAULT_DATASET, default_slo
+    slo = default_slo()
+    p.add_argument("--model", help="checkpoint folder (default: the embedded model)")
+    p.add_argument("--gammas", type=_ints, default=(0, 2, 4), help="γ per server, must "
+                   "include 0 (0,2,4)")
+    p.add_argument("--workloads", default="repeat,open,summarization,translation,"
+                   "math_reasoning", help="'repeat', 'open' and/or Spec-Bench categories")
+    p.add_argument("--concurrencies", type=_ints, default=(1, 2, 4, 8),
+                   help="closed-loop levels, requests in flight (1,2,4,8)")
+    p.add_argument("--request-rates", type=_rates, default=(1.0,),
+                   help="open-loop levels, Poisson requests/s (1); '' for none")
+    p.add_argument("--num-prompts", type=int, default=8, help="requests per level (8)")
+    p.add_argument("--output-len", type=int, default=64, help="tokens per request (64)")
+    p.add_argument("--slo-ttft-ms", type=float, default=slo.ttft_ms,
+                   help=f"TTFT limit per request ({slo.ttft_ms:g} here)")
+    p.add_argument("--slo-tpot-ms", type=float, default=slo.tpot_ms,
+                   help=f"TPOT limit per request ({slo.tpot_ms:g} here)")
+    p.add_argument("--dataset", default=str(DEFAULT_DATASET), help="Spec-Bench question.jsonl")
+    p.add_argument("--price-per-replica-hour", type=float, default=0.10, help="USD (0.10)")
+    p.add_argument("--demand-tokens-per-s", type=float, default=1000.0,
+                   help="peak demand the fleet serves, output tokens/s (1000)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--root", default=STORE)
+    p.add_argument("--notes", default="")
+
+
+def serving_config_from_args(args):
+    from specbench.measure.serving import SLO, LoadDefinition, ServingConfig, default_slo
+    load = LoadDefinition(
+        workloads=tuple(w for w in args.workloads.split(",") if w),
+        concurrencies=args.concurrencies, request_rates=args.request_rates,
+        num_prompts=args.num_prompts, output_len=args.output_len,
+        slo=SLO(args.slo_ttft_ms, args.slo_tpot_ms, default_slo().why),
+        dataset_path=args.dataset)
+    return ServingConfig(model=args.model, gammas=args.gammas, load=load, dtype=args.dtype,
+                         root=args.root, price_per_replica_hour=args.price_per_replica_hour,
+                         demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes)
+
+
+def _measure(parser, cfg, measure) -> None:
+    """Validate a measurement's configuration (a user error exits 2 before anything starts),
+    then measure and print the run folder."""
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(measure(cfg).path)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
+        from specbench.report.plan import main as plan_main
+        return plan_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
+                           description="Measure the γ × batch × workload grid with the real "
+                           "vLLM engine and write one immutable run. Interrupted? Re-run with "
+                           "--resume RUN_DIR.")
+    _sweep_args(sweep)
+    over = sub.add_parser("overhead", help="benchmark the cost of the in-line counter reads")
+    over.add_argument("--model", type=cliargs.model_ref)
+    over.add_argument("--pairs", type=cliargs.positive_int, default=8,
+                      help="alternating pairs (8)")
+    over.add_argument("--root", type=cliargs.store_root, default=STORE)
+    micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
+                           "(the verify cost d of the headline model)",
+                           description="Microbenchmark the linear layers vLLM's CPU backend "
+                           "dispatches (and attention) at N and N(γ+1) rows, one thread pinned "
+                           "to core 0; writes a 'microbench' run.")
+    micro.add_argument("--model", type=cliargs.model_ref)
+    micro.add_argument("--dtype", type=cliargs.dtype, default="bfloat16")
+    micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
+    micro.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
+    micro.add_argument("--context", type=cliargs.positive_int, default=900,
+                       help="cached tokens (900)")
+    micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
+                       help="timed calls per kernel (30)")
+    micro.add_argument("--root", type=cliargs.store_root, default=STORE)
+    loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
+                          "distribution unchanged (temperature > 0)",
+                          description="Seeded samples of one prompt with and without n-gram "
+                          "speculation at each temperature, and a permutation test of "
+                          "equal distributions; writes a 'lossless' run.")
+    loss.add_argument("--model", type=cliargs.model_ref)
+    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
+    loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
+    loss.add_argument("--samples", type=cliargs.positive_int, default=48,
+                      help="samples per arm (48)")
+    loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
+                      help="compared positions (24)")
+    loss.add_argument("--root", type=cliargs.store_root, default=STORE)
+    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
+                   "(specbench plan --help)", add_help=False)
+    serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
+                           "benchmark client (a 'serving' run)",
+                           description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
+                           "with vLLM's benchmark client at each level, write a 'serving' run.")
+    _serve_args(serve)
+    lst = sub.add_parser("runs", help="list the runs in the store")
+    lst.add_argument("--root", type=cliargs.existing_dir, default=STORE)
+    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
+                         "(submit, status, collect, resubmit)")
+    from specbench.cli.cluster import add_arguments as _cluster_arguments
+    _cluster_arguments(clu)
+    args = parser.parse_args(argv)
+
+    if args.command == "sweep":
+        return _sweep(sweep, args)
+    elif args.command == "overhead":
+        from specbench.measure.overhead import run_overhead
+        run = run_overhead(model=args.model, pairs=args.pairs, root=str(args.root))
+        print(run.path)
+    elif args.command == "microbench":
+        from specbench.measure.microbench import MicrobenchConfig, run_microbench
+        cfg = MicrobenchConfig(model=args.model, dtype=args.dtype, batches=args.batches,
+                               gammas=args.gammas, context=args.context,
+                               repeats=args.repeats, root=str(args.root))
+        _measure(parser, cfg, run_microbench)
+    elif args.command == "lossless":
+        from specbench.measure.lossless import LosslessConfig, run_lossless
+        cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
+                             temperatures=args.temperatures, samples=args.samples,
+                             tokens=args.tokens, root=str(args.root))
+        _measure(parser, cfg, run_lossless)
+    elif args.command == "cluster":
+        from specbench.cli.cluster import main as cluster_main
+        return cluster_main(args, clu)
+    elif args.command == "serve-bench":
+        from specbench.measure.serving import LoadError, run_serving
+        cfg = serving_config_from_args(args)
+        try:
+            cfg.validate()
+        except (LoadError, ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+        print(run_serving(cfg).path)
+    elif args.command == "runs":
+        return _list_runs(args.root)
+    return 0
+
+
+def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
+    """A one-line error for what is not a usage error (damaged run, full disk); on a line of
+    its own after a progress bar."""
+    print(f"{chr(10) if after_bar else ''}specbench: error: {message}", file=sys.stderr)
+    return status
+
+
+def _sigterm_as_interrupt(*_):
+    # `kill PID` stops the sweep the way Ctrl-C does: engines shut down, the run resumable.
+    raise KeyboardInterrupt
+
+
+def _list_runs(root) -> int:
+    from specbench.store.runs import scan_runs
+    status = 0
+    for path, run, error in scan_runs(root):
+        if error is not None:
+            print(f"{'damaged':9s} {'?':9s} {'?':40s} {path}  ({error})")
+            status = 1
+            continue
+        m = run.manifest
+        print(f"{m['status']:9s} {m['kind']:9s} {m['sku']:40s} {run.path}")
+    return status
+
+
+def _sweep(parser: argparse.ArgumentParser, args) -> int:
+    from specbench.store.runs import RunSchemaError
+    from specbench.measure.sweep import SweepInterrupted, run_sweep
+    cliargs.reject_with(parser, args, "--resume", RESUME_CONFLICTS,
+                        "a resumed run keeps the settings it was started with")
+    cfg = None
+    if args.resume is None:
+        cfg = config_from_args(args)
+        try:
+            cfg.validate()
+        except (ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        run = run_sweep(cfg, resume=args.resume)
+    except SweepInterrupted as stop:
+        print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} cells "
+              f"kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the run folder existed (hardware probe, roofline)
+        print("\nspecbench: interrupted before the run started; nothing was written",
+              file=sys.stderr)
+        return 130
+    except RunSchemaError as exc:
+        return _fail(str(exc), after_bar=True)
+    except OSError as exc:
+        where = getattr(exc, "run_path", None)
+        hint = f"; the run is resumable: specbench sweep --resume {where}" if where else ""
+        return _fail(f"{exc}{hint}", after_bar=True)
+    print(run.path)
+    cells = run.table("cells.csv")
+    failed = cells[cells["status"] != "ok"]
+    if len(failed):
+        print(f"specbench: {len(failed)} of {len(cells)} cells failed (causes in "
+              f"{run.path / 'cells.csv'}, column 'error'):", file=sys.stderr)
+        for _, cell in failed.iterrows():
+            print(f"  γ={cell['gamma']} {cell['workload']} b{cell['batch']}: {cell['error']}",
+                  file=sys.stderr)
+    return 1 if len(failed) == len(cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

