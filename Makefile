@@ -48,7 +48,8 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	    tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
-test-fast: setup  ## unit tests only: no engine, no notebooks, no browser, no checks of runs/
+test-fast: setup  ## the layering contract and the unit tests: no engine, notebooks, browser or runs/
+	$(VENV)/bin/lint-imports
 	SPECBENCH_SKIP_ENGINE=1 $(PY) -m pytest -p no:cacheprovider -m "not browser and not slurm and not data" tests
 
 test-data: setup  ## checks of the committed runs in runs/ (not of the code)

@@ -94,9 +94,9 @@ def test_notebook_parameters_are_read_from_the_parameters_cell():
 
 
 def test_sacct_folded_array_ids_are_expanded():
-    assert cluster._expand("12_[3-5%2]") == ["12_3", "12_4", "12_5"]
-    assert cluster._expand("12_[0,2]") == ["12_0", "12_2"]
-    assert cluster._expand("12_7") == ["12_7"]
+    assert cluster.jobs._expand("12_[3-5%2]") == ["12_3", "12_4", "12_5"]
+    assert cluster.jobs._expand("12_[0,2]") == ["12_0", "12_2"]
+    assert cluster.jobs._expand("12_7") == ["12_7"]
 
 
 def test_create_run_writes_the_run_record_when_asked(tmp_path, monkeypatch):

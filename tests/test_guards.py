@@ -17,7 +17,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from specbench.report.chapters import numbers
+from specbench.report.chapters import regimes
 from specbench.report.wording import ClaimError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +45,12 @@ def impossible_store(tmp_path):
 
 
 def test_the_unperturbed_store_passes_the_guard():
-    assert numbers.regimes()["emitted_bound"] == SENTENCE
+    assert regimes.numbers()["emitted_bound"] == SENTENCE
 
 
 def test_perturbed_run_fails_the_numbers_with_the_sentence(impossible_store):
     with pytest.raises(ClaimError, match=re.escape(SENTENCE)):
-        numbers.regimes(impossible_store)
+        regimes.numbers(impossible_store)
 
 
 def test_perturbed_run_fails_the_chapter_build(impossible_store):

@@ -7,7 +7,7 @@ specbench.report.chapters.numbers or specbench.report.curves fails here even whe
 import pandas as pd
 import pytest
 
-from specbench.report.chapters import numbers
+from specbench.report.chapters import accuracy, host_floor, index, measured, regimes, story
 from specbench.store.runs import load_runs
 
 pytestmark = pytest.mark.data
@@ -30,7 +30,7 @@ def _by_hand(reps: pd.DataFrame, workload, batch, gamma):
 
 
 def test_batch4_repeat_cycle_costs_match_a_hand_computation(first_sweep):
-    n = numbers.accuracy()
+    n = accuracy.numbers()
     reps = first_sweep.table("reps.csv")
     for g in (2, 4, 6):
         assert n[f"b4_cost_g{g}"] == pytest.approx(_by_hand(reps, "repeat", 4, g), rel=1e-9)
@@ -41,7 +41,7 @@ def test_batch4_repeat_cycle_costs_match_a_hand_computation(first_sweep):
 
 
 def test_open_drafts_on_few_steps(first_sweep):
-    n = numbers.regimes()
+    n = regimes.numbers()
     reps = first_sweep.table("reps.csv")
     cell = reps[(reps["workload"] == "open") & (reps["batch"] == 1) & (reps["gamma"] == 2)]
     assert (cell["drafts"] == 9).all() and (cell["output_tokens"] - 1 == 127).all()
@@ -50,7 +50,7 @@ def test_open_drafts_on_few_steps(first_sweep):
 
 
 def test_exact_divisor_residual_and_transfer():
-    n = numbers.accuracy()
+    n = accuracy.numbers()
     assert n["residual_exact_drop_pct"] == pytest.approx(28, abs=1)
     # The issue read ~7× with eq. 1; whatever model predicts, the ratio transfer is not worse.
     assert n["transfer_winner"] == "ratio transfer" and n["transfer_factor"] >= 1
@@ -58,17 +58,17 @@ def test_exact_divisor_residual_and_transfer():
 
 
 def test_batch4_ablation_and_regime():
-    s = numbers.story()
+    s = story.numbers()
     assert s["b4_mape_blind"] < s["b4_mape_eq1"]          # ≈64 % against ≈66 %
     assert s["b4_mape_d0"] < s["b4_mape_blind"]
     assert "compute-dominated" in s["regime_sentence"]
-    h = numbers.host_floor()
+    h = host_floor.numbers()
     assert (h["small_layers"], h["large_layers"]) == (30, 24)
     assert h["host_ratio"] == pytest.approx(2.72, abs=0.01)
 
 
 def test_every_chapter_lists_its_runs():
-    for build in (numbers.story, numbers.regimes, numbers.accuracy, numbers.host_floor,
-                  numbers.measured, numbers.overview):
+    for build in (story.numbers, regimes.numbers, accuracy.numbers, host_floor.numbers,
+                  measured.numbers, index.numbers):
         n = build()
         assert n.runs and all(r.split("-")[0] in ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving") for r in n.runs)

@@ -289,7 +289,8 @@ def test_priced_whole_replicas_by_hand():
 
 @pytest.mark.data
 def test_chapter_numbers_name_their_runs():
-    numbers = plan.chapter_numbers()
+    from specbench.report.chapters import planning
+    numbers = planning.numbers()
     assert numbers["run_ids"] and all(isinstance(r, str) for r in numbers["run_ids"])
     assert numbers["n_did_not_pay"] + numbers["n_within_noise"] == numbers["n_negative"]
     assert 0 < numbers["kv_loss_pct"] < 100

@@ -20,9 +20,12 @@ import psutil
 import pytest
 
 from specbench.measure import serving
+from specbench.report import serving_economics
+from specbench.report.serving_economics import serving_tables
 from specbench.engine.vllm_engine import EngineSettings
 from specbench.measure.serving import (SLO, LoadDefinition, LoadError, Server, ServerError,
-                               ServingConfig, crossover_point, qualified)
+                                       ServingConfig, qualified)
+from specbench.report.serving_economics import crossover_point
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = serving.DEFAULT_DATASET
@@ -152,7 +155,8 @@ def test_qualified_requests_follow_the_clients_goodput_rule():
 
 def test_cost_per_million_qualified_tokens_on_whole_replicas(tmp_path):
     cfg = replace(_cfg(tmp_path), price_per_replica_hour=0.10, demand_tokens_per_s=1000.0)
-    levels = serving.add_costs(pd.DataFrame({"qualified_tokens_per_s": [20.0, 0.0, 30.0]}), cfg)
+    levels = serving_economics.add_costs(pd.DataFrame({"qualified_tokens_per_s": [20.0, 0.0, 30.0]}),
+                                         cfg.price_per_replica_hour, cfg.demand_tokens_per_s)
     # 1000 / 20 = 50 replicas at $0.10/h = $5/h for 3.6 M tokens/h → $1.389 per million.
     assert levels["replicas"].tolist()[0] == 50
     assert levels["cost_per_million_usd"][0] == pytest.approx(5 / 3.6)
@@ -183,14 +187,14 @@ def _requests(tpot_by_gamma_and_level, n=8, seed=0):
 def test_speedup_and_crossover_from_requests():
     reqs = _requests({(0, 1): 30, (2, 1): 15, (0, 2): 40, (2, 2): 40 / 1.2,
                       (0, 4): 60, (2, 4): 75})
-    speed = serving.speedups(reqs).set_index("concurrency")
+    speed = serving_economics.speedups(reqs).set_index("concurrency")
     assert speed.loc[1, "speedup"] == pytest.approx(2.0, rel=0.02)
     assert (speed["speedup_lo"] <= speed["speedup"]).all()
     assert (speed["speedup"] <= speed["speedup_hi"]).all()
-    cross = serving.crossovers(reqs).iloc[0]
+    cross = serving_economics.crossovers(reqs).iloc[0]
     assert 2 < cross["crossover"] < 4 and cross["verdict"].startswith("crossover at")
     assert cross["crossover_lo"] <= cross["crossover"] <= cross["crossover_hi"]
-    none = serving.crossovers(_requests({(0, 1): 30, (2, 1): 15, (0, 2): 40, (2, 2): 20}))
+    none = serving_economics.crossovers(_requests({(0, 1): 30, (2, 1): 15, (0, 2): 40, (2, 2): 20}))
     assert none.iloc[0]["verdict"] == "no crossover up to 2"
 
 
@@ -373,11 +377,11 @@ def test_committed_serving_run_has_the_promised_columns_and_agreeing_acceptance(
 
 
 def test_chapter_numbers_name_their_run_and_state_the_crossover():
-    from specbench.report import serving as serving_report
+    from specbench.report.chapters import serving as chapter
     run = _committed_serving_run()
-    numbers = serving_report.chapter_numbers(run)
+    numbers = chapter.numbers(run)
     assert numbers["run_id"] == run.run_id
-    crossover = run.table("crossover.csv")
+    crossover = serving_tables(run)[2]
     assert numbers["n_crossover"] + numbers["n_no_crossover"] + numbers["n_below_from_start"] \
         == len(crossover)
     for workload in crossover["workload"].unique():

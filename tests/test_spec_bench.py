@@ -7,7 +7,7 @@ import pytest
 
 from specbench.measure.workloads import spec_bench
 
-from specbench.measure.workloads import builtin as workloads
+from specbench.measure import workloads
 from specbench.store.runs import REPO_ROOT
 from specbench.measure.workloads.operator_file import FileSource, read_prompts
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import standin_sweep
-from specbench.measure import sweep
+from specbench.measure import sweep, sweep_tables
 from specbench.store.runs import load_runs
 
 
@@ -105,7 +105,7 @@ def _record(g, outputs, drafts, accepted, base_outputs=((1, 2, 3),), engine_step
 
 
 def test_summarize_compares_outputs_and_derives_rates():
-    reps, cells = sweep.summarize({"b": _record(2, [[1, 2, 3]], 4, 6),
+    reps, cells = sweep_tables.summarize({"b": _record(2, [[1, 2, 3]], 4, 6),
                                    "c": _record(4, [[1, 9, 3]], 3, 12)})
     cells = cells.set_index("gamma")
     assert cells.loc[2, "outputs_equal"] and not cells.loc[4, "outputs_equal"]
@@ -123,7 +123,7 @@ def test_summarize_compares_outputs_and_derives_rates():
 
 
 def test_no_draft_cell_has_alpha_zero_and_one_token_per_step():
-    _, cells = sweep.summarize({"b": _record(4, [[1, 2, 3]], 0, 0)})
+    _, cells = sweep_tables.summarize({"b": _record(4, [[1, 2, 3]], 0, 0)})
     cell = cells.set_index("gamma").loc[4]
     assert cell["alpha"] == 0 and cell["draft_tokens"] == 0
     assert cell["emitted_per_step"] == 1.0 and cell["drafting_share"] == 0.0
@@ -137,7 +137,7 @@ def test_no_draft_cell_has_alpha_zero_and_one_token_per_step():
 ])
 def test_decode_steps_handles_the_cut_off(decoded, drafts, accepted, gamma, engine_steps,
                                           expected):
-    assert sweep.decode_steps(decoded, drafts, accepted, gamma, engine_steps) == expected
+    assert sweep_tables.decode_steps(decoded, drafts, accepted, gamma, engine_steps) == expected
 
 
 def test_cell_keys_name_temperature_and_sources():

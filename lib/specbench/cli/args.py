@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specbench.engine.vllm_engine import DTYPES
+
 __all__ = ["DTYPES", "UsageError", "positive_int", "nonnegative_int", "int_list", "gamma_list",
            "batch_list", "choice_list", "dtype", "existing_path", "existing_file", "existing_dir", "store_root", "model_ref",
            "run_folder", "run_folder_of", "reject_with", "explicitly_set"]
 
 # The dtypes the engine and the roofline microbenchmark both understand.
-DTYPES = ("bfloat16", "float16", "float32")
 
 
 class UsageError(ValueError):

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from specbench.cli import args as cliargs
+from specbench.cli import plan as plan_cli
 from specbench.store.runs import DEFAULT_ROOT
 
 # Every command writes to the store the book reads ($SPECBENCH_RUNS, else the checkout's
@@ -162,9 +163,6 @@ def _measure(parser, cfg, measure) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["plan"]:   # its own parser: one-line errors, checked before any read
-        from specbench.report.plan import main as plan_main
-        return plan_main(argv[1:])
     parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
@@ -205,8 +203,8 @@ def main(argv=None) -> int:
     loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
                       help="compared positions (24)")
     loss.add_argument("--root", type=cliargs.store_root, default=STORE)
-    sub.add_parser("plan", help="recommend γ from explicit numbers or a SKU's runs "
-                   "(specbench plan --help)", add_help=False)
+    plan = sub.add_parser("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION)
+    plan_cli.add_arguments(plan)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
                            "benchmark client (a 'serving' run)",
                            description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
@@ -238,6 +236,8 @@ def main(argv=None) -> int:
                              temperatures=args.temperatures, samples=args.samples,
                              tokens=args.tokens, root=str(args.root))
         _measure(parser, cfg, run_lossless)
+    elif args.command == "plan":
+        return plan_cli.run(args, plan)
     elif args.command == "cluster":
         from specbench.cli.cluster import main as cluster_main
         return cluster_main(args, clu)

@@ -22,8 +22,10 @@ from specbench.engine.counters import SpecCounters, from_vllm_metrics
 # re-exported so ``specbench.engine.vllm_engine.on_gpu`` and friends keep working.
 from specbench.engine.hardware import hardware_info, on_gpu, sku_id  # noqa: F401
 
-__all__ = ["EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
+__all__ = ["DTYPES", "EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
            "on_gpu", "sku_id", "SPECULATIVE_METHODS"]
+
+DTYPES = ("bfloat16", "float16", "float32")
 
 # vLLM observes this histogram once per engine step: its count is the number of steps.
 ITERATIONS = "vllm:iteration_tokens_total"

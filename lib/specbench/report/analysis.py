@@ -11,9 +11,13 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from specbench.theory import model
-from specbench.theory.roofline import roofline_status, shape_from_manifest, sku_from_manifest, verify_overhead
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.theory.roofline import (
+    roofline_status,
+    shape_from_manifest,
+    sku_from_manifest,
+    verify_overhead,
+)
 
 __all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "manifest_table",
            "roofline_of"]
@@ -132,7 +136,7 @@ def _micro_d(cells: pd.DataFrame, root) -> pd.Series:
 def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per request of the batch-1 paired cells: its paired base, divisor and drafting share,
     from the run whose cell :func:`sweep_cells` keeps."""
-    from specbench.measure.sweep import decode_steps
+    from specbench.measure.sweep_tables import decode_steps
     rows = []
     keep = None if cells is None else set(zip(cells["run_id"], cells["workload"],
                                               cells["gamma"], cells["batch"]))

@@ -17,9 +17,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from specbench.theory import model
 from specbench.report.curves import eq1_curves, shortfall_split
 from specbench.report.tables import SCROLL_HINT
+from specbench.theory import model
 
 __all__ = ["use_offline_renderer", "fig1_speedup", "fig2_latency", "fig3_shortfall",
            "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.theory import model
 from specbench.engine.counters import DecodeTally, SpecCounters
+from specbench.theory import model
 
 __all__ = ["eq1_curves", "shortfall_split", "step_counts", "cycle_costs", "error_ablation",
            "mape_by", "roofline_d"]

@@ -8,13 +8,11 @@ The cells evaluated are the speculative, greedy cells of :func:`specbench.report
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
 
-__all__ = ["evidence", "error_table", "ablation_table", "transfer_table", "noise_table",
-           "GOAL_MAPE_PCT", "GOAL_TRANSFER_PCT"]
+__all__ = ["GOAL_MAPE_PCT", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
 
 #: The goals the model is tracked against (issue 10): better than the source paper's 6.3 %.
 GOAL_MAPE_PCT = 3.0
@@ -86,53 +84,3 @@ def noise_table(cells: pd.DataFrame) -> pd.DataFrame:
               "noise_pct", "within_noise"]]
 
 
-def chapter_numbers(cells: pd.DataFrame, loso: pd.DataFrame | None = None):
-    """The accuracy chapter's numbers and words (with the run ids they came from)."""
-    from specbench.report import wording
-    from specbench.report.chapters.numbers import Numbers
-    from specbench.report.transfer import leave_one_sku_out
-
-    n = Numbers()
-    def add(runs=(), **values):   # keys prefixed: this chapter also glues numbers.accuracy()
-        n.add(runs=runs, **{f"hm_{k}": v for k, v in values.items()})
-    c = evidence(cells)
-    add(runs=list(dict.fromkeys(c["run_id"])), cells_evaluated=int(len(c)),
-          skus_evaluated=int(c["sku"].nunique()), goal_mape=GOAL_MAPE_PCT,
-          goal_transfer=GOAL_TRANSFER_PCT,
-          micro_cells=int((c["d_source"] == "microbenchmark").sum()))
-    for m in MODELS:
-        mape, lo, hi = bootstrap_mape(c[f"err_{m}_pct"])
-        add(**{f"mape_{m}": mape, f"mape_{m}_lo": lo, f"mape_{m}_hi": hi})
-    for b, g in c.groupby("batch"):
-        for m in (HEADLINE, "eq1", "blind", "d_zero"):
-            add(**{f"b{b}_mape_{m}": bootstrap_mape(g[f"err_{m}_pct"])[0]})
-    micro = c[c["d_source"] == "microbenchmark"]
-    if len(micro):
-        mape, lo, hi = bootstrap_mape(micro[f"err_{HEADLINE}_pct"])
-        add(mape_micro=mape, mape_micro_lo=lo, mape_micro_hi=hi)
-    add(goal_met=("met" if n[f"hm_mape_{HEADLINE}_hi"] <= GOAL_MAPE_PCT else
-                    "met by the point estimate but not by its interval"
-                    if n[f"hm_mape_{HEADLINE}"] <= GOAL_MAPE_PCT else "missed"))
-    # Which model wins where: per SKU × batch × workload group, the lower MAPE.
-    groups = c.groupby(["sku", "batch", "workload"])
-    wins = {m: 0 for m in (HEADLINE, "eq1", "blind")}
-    for _, g in groups:
-        errs = {m: g[f"err_{m}_pct"].abs().mean() for m in wins}
-        wins[min(errs, key=errs.get)] += 1
-    add(groups=int(groups.ngroups), wins_model=wins[HEADLINE], wins_eq1=wins["eq1"],
-          wins_blind=wins["blind"])
-    noise = noise_table(cells)
-    add(within_noise=int(noise["within_noise"].sum()))
-    add(eq1_vs_blind=wording.compare(n["hm_mape_eq1"], 0, n["hm_mape_blind"], 0).replace(
-        "lower", "lower than").replace("higher", "higher than"))
-    loso = leave_one_sku_out(cells) if loso is None else loso
-    if len(loso):
-        m, mlo, mhi = bootstrap_mape(loso["model_err_pct"])
-        r, rlo, rhi = bootstrap_mape(loso["ratio_err_pct"])
-        add(loso_cells=int(len(loso)), loso_model=m, loso_model_lo=mlo, loso_model_hi=mhi,
-              loso_ratio=r, loso_ratio_lo=rlo, loso_ratio_hi=rhi,
-              loso_winner="the model" if m < r else "ratio transfer",
-              loso_goal=("met" if m <= GOAL_TRANSFER_PCT and m < r else "missed"),
-              interior_loso_cells=int(((loso["alpha_own"] > 0.1)
-                                       & (loso["alpha_own"] < 0.9)).sum()))
-    return n

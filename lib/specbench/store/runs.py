@@ -97,7 +97,7 @@ TABLE_COLUMNS = {
                    "p95_tpot_ms", "goodput", "qualified_tokens_per_s", "mean_running"],
     "serving/requests.csv": ["workload", "gamma", "mode", "level", "ttft_ms", "tpot_ms",
                              "output_len", "good"],
-    # sweep runs: one row per request per timed call (specbench.measure.sweep.request_rows)
+    # sweep runs: one row per request per timed call (specbench.measure.sweep_tables.request_rows)
     "sweep/requests.csv": ["workload", "gamma", "batch", "arm", "rep", "request",
                            "output_tokens", "pot_ms"],
     "speedup.csv": ["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"],

@@ -5,7 +5,7 @@ The headline model (named here once, before it meets new runs) is
     pot = t_base·(1 + s·(d + h/t_base)) / D                                   (HEADLINE)
 
 * D — tokens emitted per decode step, from the engine's counters and token counts, never from
-  timing (:func:`specbench.measure.sweep.decode_steps` says how the max-tokens cut-off is handled);
+  timing (:func:`specbench.measure.sweep_tables.decode_steps` says how the max-tokens cut-off is handled);
   the paper's closed form αγ+1 is its idealisation and is shown beside it;
 * t_base — the γ=0 step of the same workload and batch, measured in calls interleaved with the
   cell's own (paired) where the run has them, else the γ=0 cell of the same run;

@@ -30,8 +30,7 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["WORKLOADS", "Workload", "Request", "passages", "messages", "sampling", "describe",
-           "source", "BuiltinSource"]
+__all__ = ["PASSAGES", "OPEN_SUBJECTS", "REPEAT_INSTRUCTION", "EDITS", "Workload", "Request", "WORKLOADS", "passages", "PARAGRAPHS", "SAMPLING", "sampling", "messages", "describe", "BuiltinSource"]
 
 PASSAGES = ("lighthouse", "bakery", "river", "clock")
 
@@ -166,20 +165,3 @@ class BuiltinSource:
     def describe(self) -> dict:
         return {"source": "project", "name": self.name,
                 "description": WORKLOADS[self.name].description}
-
-
-def source(name: str, spec_bench_path=None):
-    """The prompt source behind a workload name.
-
-    * ``repeat``, ``open``, ``edit`` — the project's texts;
-    * ``specbench:<category>`` — Spec-Bench prompts of one category (:mod:`specbench.measure.workloads.spec_bench`);
-    * ``file:<path>`` — an operator's JSONL in vLLM's custom-dataset format
-      (:mod:`specbench.measure.workloads.operator_file`).
-    """
-    if name.startswith("specbench:"):
-        from specbench.measure.workloads.spec_bench import SpecBenchSource
-        return SpecBenchSource(name.split(":", 1)[1], spec_bench_path)
-    if name.startswith("file:"):
-        from specbench.measure.workloads.operator_file import FileSource
-        return FileSource(name.split(":", 1)[1])
-    return BuiltinSource(name)

@@ -1,0 +1,156 @@
+"""``specbench plan``: the γ recommendation from explicit numbers or a SKU's runs."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from specbench.report.plan import (
+    PlanInputError,
+    format_plan,
+    parse_d,
+    plan_explicit,
+    plan_from_runs,
+)
+from specbench.store.runs import DEFAULT_ROOT
+
+__all__ = ["HELP", "DESCRIPTION", "add_arguments", "main", "run"]
+
+
+
+
+# -- command line --------------------------------------------------------------------------
+
+def _one_line_error(parser: argparse.ArgumentParser):
+    """A user error is one line on stderr (no usage block) and exit 2."""
+    def error(message):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+    return error
+
+
+def _positive_ms(text):
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 ms, got {text!r}")
+    return value
+
+
+def _nonneg_ms(text):
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 ms, got {text!r}")
+    return value
+
+
+def _acceptance(text):
+    value = _finite(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"acceptance must be in [0, 1], got {text!r}")
+    return value
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _finite(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _d_list(text):
+    try:
+        return parse_d(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+HELP = "recommend γ from explicit numbers or a SKU's runs"
+DESCRIPTION = ("Recommend γ from explicit numbers (--t-base-ms, --alpha, --d) or from a SKU's "
+               "latest sweep (--sku): eq. 1, pot = (T·(1+D) + H)/(A·γ + 1).")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``specbench plan`` subcommand's options (errors are one line, checked before any read)."""
+    p.error = _one_line_error(p)
+    p.add_argument("--t-base-ms", type=_positive_ms, help="baseline (γ=0) decode step, ms")
+    p.add_argument("--alpha", type=_acceptance, help="acceptance α in [0, 1]")
+    p.add_argument("--d", type=_d_list, metavar="G:D[,G:D...]",
+                   help="verify overhead D at each candidate γ, e.g. 2:0.015,4:0.077")
+    p.add_argument("--host-ms", type=_nonneg_ms, help="per-cycle host term H, ms (γ>0; 0)")
+    p.add_argument("--sku", help="plan from the latest sweep run of this SKU")
+    p.add_argument("--batch", type=_positive_int, help="only this batch size (--sku)")
+    p.add_argument("--workload", help="only this workload (--sku)")
+    p.add_argument("--root", default=str(DEFAULT_ROOT), help="run store folder (runs)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _check_mode(p, args) -> None:
+    explicit = {"--t-base-ms": args.t_base_ms, "--alpha": args.alpha, "--d": args.d}
+    given = [k for k, v in explicit.items() if v is not None]
+    if args.sku is not None:
+        clash = given + (["--host-ms"] if args.host_ms is not None else [])
+        if clash:
+            p.error(f"argument --sku: not allowed with {', '.join(clash)}")
+        if not (Path(args.root) / args.sku).is_dir():
+            p.error(f"argument --sku: unknown SKU {args.sku!r}: no folder {args.root}/{args.sku}")
+        return
+    for name in ("--batch", "--workload"):
+        if getattr(args, name[2:]) is not None:
+            p.error(f"argument {name}: only with --sku")
+    if not given and args.host_ms is None:
+        p.error("either --sku SKU or --t-base-ms T --alpha A --d G:D[,G:D...] is required")
+    missing = [k for k, v in explicit.items() if v is None]
+    if missing:
+        p.error(f"argument {missing[0]}: required with "
+                f"{', '.join(given + (['--host-ms'] if args.host_ms is not None else []))}")
+
+
+def main(argv=None) -> int:
+    """``specbench plan ARGS`` from Python (the book's worked example): the one parser tree."""
+    from specbench.cli.main import main as specbench_main
+    return specbench_main(["plan", *(argv or [])])
+
+
+def run(args, p: argparse.ArgumentParser) -> int:
+    _check_mode(p, args)                   # every user error exits here, before any read
+    if args.sku is None:
+        result = plan_explicit(args.t_base_ms, args.alpha, args.d, args.host_ms or 0.0)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"{'γ':>3} {'pot ms':>10} {'speedup':>8}")
+            for row in result["rows"]:
+                print(f"{row['gamma']:>3} {row['pot_ms']:>10.3f} {row['speedup']:>8.3f}")
+            g = result["recommended_gamma"]
+            print("recommend: speculation off (γ=0): no γ is strictly faster than t_base"
+                  if g == 0 else f"recommend: γ={g}")
+        return 0
+    try:
+        frame = plan_from_runs(args.sku, args.root, args.batch, args.workload)
+    except PlanInputError as exc:
+        p.error(f"argument {exc.argument}: {exc}")
+    if args.json:
+        out = frame.drop(columns=["sources"]).replace({np.nan: None})
+        print(json.dumps({"sku": args.sku, "run_id": frame["run_id"].iloc[0],
+                          "sources": frame["sources"].iloc[0],
+                          "rows": out.to_dict(orient="records")}))
+    else:
+        print(format_plan(frame))
+    return 0
+
+

@@ -1,0 +1,180 @@
+"""TODO."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbench.engine.vllm_engine import EngineSettings, on_gpu
+from specbench.measure.workloads import builtin as workloads
+from specbench.store.runs import REPO_ROOT
+
+__all__ = ["LOOPBACK", "DEFAULT_DATASET", "PERCENTILES", "METRICS", "SLO", "CPU_SLO", "GPU_SLO", "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig"]
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+PERCENTILES = (50, 95, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+# -- service level objectives ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-request limits, in milliseconds; a request qualifies when it meets both (the
+    client's ``--goodput`` rule). A level *meets the SLO at p95* when its p95 TTFT and p95
+    TPOT are within the limits, i.e. at least 95 % of requests qualify on each."""
+    ttft_ms: float
+    tpot_ms: float
+    why: str = ""
+
+    def validate(self) -> None:
+        for name in ("ttft_ms", "tpot_ms"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"SLO {name} must be a positive number of milliseconds, "
+                                 f"got {value!r}")
+
+    def goodput_args(self) -> list[str]:
+        return ["--goodput", f"ttft:{self.ttft_ms:g}", f"tpot:{self.tpot_ms:g}"]
+
+
+# Why these defaults. On 2-core CPUs of this kind the 135M model decodes one request at
+# ~20-60 ms per token and prefills a ~700-token prompt in ~0.6-1.1 s. TPOT 150 ms is reading
+# speed (~6-7 tokens/s, what a streaming chat must beat) and leaves room for a slowdown under
+# load; TTFT 3 s leaves room for a few long prefills queued ahead. On a datacenter GPU, public
+# interactive-serving limits are of the order of 0.5 s to first token and 40-50 ms per token
+# (e.g. MLPerf Inference's interactive LLM scenario); 500 ms / 50 ms is that order.
+CPU_SLO = SLO(3000.0, 150.0, "2-core CPU, 135M model: TPOT at reading speed (~6-7 tok/s), "
+              "TTFT room for a few ~700-token prefills (~0.6-1.1 s each) queued")
+GPU_SLO = SLO(500.0, 50.0, "datacenter GPU: interactive-serving limits of the order used "
+              "by public benchmarks (~0.5 s to first token, 40-50 ms per token)")
+
+
+def default_slo() -> SLO:
+    return GPU_SLO if on_gpu() else CPU_SLO
+
+
+# -- the load definition ----------------------------------------------------------------------
+
+class LoadError(ValueError):
+    """A load definition that cannot run; raised before any server starts."""
+
+
+def spec_bench_categories(path: str | Path) -> dict[str, list[int]]:
+    """Question ids per category of a Spec-Bench ``question.jsonl``, in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise LoadError(f"{path}: Spec-Bench question file not found")
+    found: dict[str, list[int]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            found.setdefault(row["category"], []).append(int(row["question_id"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise LoadError(f"{path}: line {number}: not a Spec-Bench question "
+                            f"(needs question_id, category, turns): {exc}") from exc
+    if not found:
+        raise LoadError(f"{path}: the dataset is empty (no questions)")
+    return found
+
+
+@dataclass(frozen=True)
+class LoadDefinition:
+    """What the benchmark client sends. ``workloads`` names 'repeat'/'open' (this project's
+    prompts) or Spec-Bench categories; each level sends ``num_prompts`` requests of exactly
+    ``output_len`` tokens, either with at most ``concurrency`` in flight (closed loop,
+    all requests released at once) or at a Poisson ``request_rate`` (open loop)."""
+    workloads: tuple[str, ...] = ("repeat", "open", "summarization", "translation",
+                                  "math_reasoning")
+    concurrencies: tuple[int, ...] = (1, 2, 4, 8)
+    request_rates: tuple[float, ...] = (1.0,)
+    num_prompts: int = 8
+    output_len: int = 64
+    slo: SLO = field(default_factory=default_slo)
+    dataset_path: str = str(DEFAULT_DATASET)
+    warmup_prompts: int = 2
+    seed: int = 0
+
+    def validate(self) -> dict[str, list[int]]:
+        """Fail on a load that cannot run; return the Spec-Bench question ids it uses."""
+        if not self.workloads:
+            raise LoadError("workloads must name at least one workload")
+        if not self.concurrencies and not self.request_rates:
+            raise LoadError("give at least one concurrency or request rate")
+        for c in self.concurrencies:
+            if isinstance(c, bool) or int(c) != c or c < 1:
+                raise LoadError(f"concurrency must be a whole number >= 1, got {c!r}")
+        for r in self.request_rates:
+            if not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
+                raise LoadError(f"request rate must be a finite number > 0 requests/s, "
+                                f"got {r!r}")
+        if int(self.num_prompts) != self.num_prompts or self.num_prompts < 1:
+            raise LoadError(f"num_prompts must be >= 1, got {self.num_prompts!r}")
+        if int(self.output_len) != self.output_len or self.output_len < 2:
+            raise LoadError(f"output_len must be >= 2 tokens (TPOT needs two), got "
+                            f"{self.output_len!r}")
+        if self.warmup_prompts < 0:
+            raise LoadError(f"warmup_prompts must be >= 0, got {self.warmup_prompts!r}")
+        try:
+            self.slo.validate()
+        except ValueError as exc:
+            raise LoadError(str(exc)) from exc
+        categories = [w for w in self.workloads if w not in workloads.WORKLOADS]
+        if not categories:
+            return {}
+        available = spec_bench_categories(self.dataset_path)
+        ids = {}
+        for category in categories:
+            if category not in available:
+                raise LoadError(
+                    f"workload {category!r} is neither a project workload "
+                    f"({', '.join(sorted(workloads.WORKLOADS))}) nor a Spec-Bench category of "
+                    f"{self.dataset_path} ({', '.join(sorted(available))})")
+            # The client takes the first num_prompts of a category in file order
+            # (--disable-shuffle); fewer would be oversampled (repeated).
+            ids[category] = available[category][:self.num_prompts]
+        return ids
+
+    def levels(self) -> list[tuple[str, float]]:
+        """("concurrency", c) and ("rate", r) levels, in the order they are measured."""
+        return ([("concurrency", int(c)) for c in self.concurrencies]
+                + [("rate", float(r)) for r in self.request_rates])
+
+
+@dataclass
+class ServingConfig:
+    model: str | None = None
+    gammas: tuple[int, ...] = (0, 2, 4)
+    load: LoadDefinition = field(default_factory=LoadDefinition)
+    dtype: str = "bfloat16"
+    root: str = "runs"
+    price_per_replica_hour: float = 0.10   # USD; a parameter, not a measurement
+    demand_tokens_per_s: float = 1000.0    # peak output-token demand the fleet must serve
+    ready_timeout_s: float = 300.0
+    notes: str = ""
+
+    def validate(self) -> dict[str, list[int]]:
+        if not self.gammas or 0 not in self.gammas:
+            raise LoadError("gammas must include 0: speedups are measured against no "
+                            "speculation")
+        for g in self.gammas:
+            if isinstance(g, bool) or int(g) != g or g < 0:
+                raise LoadError(f"gamma must be a whole number >= 0, got {g!r}")
+        for name in ("price_per_replica_hour", "demand_tokens_per_s"):
+            if not getattr(self, name) > 0:
+                raise LoadError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        ids = self.load.validate()
+        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+        return ids
+
+    def resolved_model(self) -> str:
+        if self.model:
+            return str(self.model)
+        from specbench.engine.assets import embedded_model_dir
+        return str(embedded_model_dir())
+
+

@@ -1,0 +1,77 @@
+"""TODO."""
+from __future__ import annotations
+
+import numpy as np
+
+from specbench.measure import hostfloor
+from specbench.report import wording
+from specbench.report.chapters.base import (
+    Numbers,
+    floor_split,
+    greedy_cells,
+    pct,
+    run_ids,
+)
+from specbench.report.wording import claim
+from specbench.measure.hostfloor import decompose  # noqa: F401  (the chapter's table)
+from specbench.store.runs import DEFAULT_ROOT, load_runs
+
+__all__ = ["numbers"]
+
+
+
+def numbers(root=DEFAULT_ROOT) -> Numbers:
+    cells = greedy_cells(root)
+    floors = load_runs(root, kind="hostfloor")
+    n = Numbers()
+    if not floors:
+        n.add(have_floor="no host-floor run yet")
+        return n
+    run = floors[-1]
+    per_step, families, layers = floor_split(run)
+    small, large = per_step.iloc[0], per_step.iloc[1]
+    n.add([run.run_id], have_floor="a stored host-floor run", floor_sku=run.sku,
+          tokens_n=int(run.manifest["grid"]["tokens"][-1]),
+          small_label=small["model"], large_label=large["model"])
+    for name, row in (("small", small), ("large", large)):
+        n.add(**{f"{name}_wall_ms": float(row["wall_ms"]),
+                 f"{name}_compute_ms": float(row["compute_ms"]),
+                 f"{name}_host_ms": float(row["host_ms"]),
+                 f"{name}_host_pct": pct(row["host_share"]),
+                 f"{name}_compute_pct": pct(1 - row["host_share"]),
+                 f"{name}_unprofiled_ms": float(row["unprofiled_wall_ms"]),
+                 f"{name}_regime": wording.regime(float(row["host_share"])),
+                 f"{name}_layers": int(layers.get(row["model"], 0))})
+    n.add(wall_identity=claim(np.allclose(per_step["compute_ms"] + per_step["host_ms"],
+                                          per_step["wall_ms"]),
+                              "compute plus host-exposed time is the step's wall time"))
+    host_ratio = float(large["host_ms"] / small["host_ms"])
+    n.add(compute_ratio=float(large["compute_ms"] / small["compute_ms"]), host_ratio=host_ratio,
+          host_invariance=("model-size invariant" if abs(host_ratio - 1) * 100
+                           < wording.MODEL_SIZE_INVARIANT_PCT else "not model-size invariant"),
+          layers_sentence=_layers_sentence(int(layers.get(small["model"], 0)),
+                                           int(layers.get(large["model"], 0))))
+    fam = families.set_index(["model", "family"])["ms"]
+    for name, row in (("small", small), ("large", large)):
+        n.add(**{f"{name}_other_ops_ms": float(fam.get((row["model"], "host/other"), np.nan)),
+                 f"{name}_outside_ms": float(fam.get((row["model"], hostfloor.OUTSIDE_OPERATORS),
+                                                     np.nan))})
+    base = cells[(cells["sku"] == run.sku) & (cells["gamma"] == 0) & (cells["batch"] == 1)
+                 & (cells["workload"] == "repeat")]
+    if len(base):
+        sweep_step = float(base["pot_ms"].iloc[0])
+        n.add(run_ids(base), sweep_step_ms=sweep_step,
+              sweep_agreement_pct=pct(small["unprofiled_wall_ms"] / sweep_step - 1))
+    else:
+        n.add(sweep_step_ms=float("nan"), sweep_agreement_pct=float("nan"))
+    return n
+
+
+def _layers_sentence(small_layers: int, large_layers: int) -> str:
+    if large_layers <= small_layers:
+        return (f"The larger shape has fewer layers than the small model ({large_layers} "
+                f"against {small_layers}), so dispatch paid per layer cannot be what grows")
+    return (f"The larger shape also has more layers ({large_layers} against {small_layers}), "
+            "so per-layer dispatch may contribute to the growth")
+
+

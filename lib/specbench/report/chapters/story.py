@@ -1,0 +1,117 @@
+"""TODO."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.report import curves, wording
+from specbench.report.chapters import host_floor
+from specbench.report.chapters.base import (
+    Numbers,
+    against_base,
+    count_phrase,
+    direction_phrase,
+    error_word,
+    first_sku,
+    greedy_cells,
+    pct,
+    penalty,
+    regime_sentence,
+    regime_table,
+    run_ids,
+    spread,
+    sweep_run,
+)
+from specbench.store.runs import DEFAULT_ROOT
+
+__all__ = ["thesis", "numbers"]
+
+
+
+def thesis(cells: pd.DataFrame, table: pd.DataFrame) -> str:
+    """What these runs support, in one sentence chosen from the data."""
+    spec = first_sku(cells)
+    spec = spec[spec["gamma"] > 0]
+    repeat_words = against_base(spec[spec["workload"] == "repeat"], cells)
+    open_words = against_base(spec[spec["workload"] == "open"], cells)
+    accepted_saves = (repeat_words == "faster").all()
+    rejected_saves = (open_words == "faster").any()
+    regimes = set(table["regime"])
+    if accepted_saves and not rejected_saves:
+        saving = ("the time per token falls only where drafts are accepted, so the saving is "
+                  "set by the engine's acceptance counters")
+    else:
+        saving = ("the time per token does not follow acceptance alone here "
+                  f"('repeat': {count_phrase(repeat_words)} faster; "
+                  f"'open': {count_phrase(open_words)})")
+    if regimes == {"host-dominated"}:
+        cost = "the cost spread over the accepted tokens is a host-dominated step"
+    elif "host-dominated" in regimes:
+        cost = "the step is host-dominated on some SKUs and compute-dominated on others"
+    else:
+        cost = ("but the step whose cost speculation spreads is mostly compute here, so these "
+                "runs show a per-step cost being amortized without telling host amortization "
+                "from the amortization of weight streaming")
+    return f"{saving[0].upper() + saving[1:]}; {cost}."
+
+
+def numbers(root=DEFAULT_ROOT) -> Numbers:
+    cells = greedy_cells(root)
+    first = first_sku(cells)
+    spec = first[first["gamma"] > 0]
+    run = sweep_run(root, first["run_id"].iloc[0])
+    table = regime_table(root, cells)
+    n = Numbers()
+    n.add(run_ids(cells) + [r for r in table["host-floor run"] if r != "—"],
+          sku=first["sku_label"].iloc[0], gamma_max=int(spec["gamma"].max()),
+          open_penalty=penalty(run, "open"), repeat_penalty=penalty(run, "repeat"),
+          regime_sentence=regime_sentence(table), thesis=thesis(cells, table))
+    rep, opn = spec[spec["workload"] == "repeat"], spec[spec["workload"] == "open"]
+    n.add(repeat_alpha_min=float(rep["alpha"].min()), open_alpha_max=float(opn["alpha"].max()))
+    b1, b4 = spec[spec["batch"] == 1], spec[spec["batch"] == 4]
+    rep1, opn1 = b1[b1["workload"] == "repeat"], b1[b1["workload"] == "open"]
+    top = rep1.loc[rep1["gamma"].idxmax()]
+    n.add(b1_repeat_speedup_max=float(top["speedup"]),
+          b1_open_speedup_min=float(opn1["speedup"].min()),
+          b1_open_speedup_max=float(opn1["speedup"].max()),
+          b1_open_vs_base=count_phrase(against_base(opn1, cells)),
+          b1_open_spread_max_pct=float(max(spread(r) for _, r in
+                                           first[(first["workload"] == "open")
+                                                 & (first["batch"] == 1)].iterrows())))
+    abl = curves.error_ablation(first)
+    by_batch = abl.groupby("batch")[["eq1_abs_pct", "eq1_d0_abs_pct", "blind_abs_pct"]].mean()
+    for b in by_batch.index:
+        row = by_batch.loc[b]
+        n.add(**{f"b{b}_mape_eq1": float(row["eq1_abs_pct"]),
+                 f"b{b}_mape_blind": float(row["blind_abs_pct"]),
+                 f"b{b}_mape_d0": float(row["eq1_d0_abs_pct"]),
+                 f"b{b}_blind_vs_eq1": error_word(row["blind_abs_pct"], row["eq1_abs_pct"]),
+                 f"b{b}_d0_vs_best": error_word(row["eq1_d0_abs_pct"],
+                                                 min(row["eq1_abs_pct"], row["blind_abs_pct"]))})
+    d1 = float(curves.roofline_d(b1).max())
+    n.add(b1_d_max_pct=pct(d1), b1_d_word=wording.size_word(d1),
+          b4_d_max_pct=pct(curves.roofline_d(b4).max()))
+    cost = curves.cycle_costs(first)
+    rep4 = cost[(cost["workload"] == "repeat") & (cost["batch"] == 4)].sort_values("gamma")
+    n.add(b4_repeat_cost_lo=float(rep4["measured_cost"].min()),
+          b4_repeat_cost_hi=float(rep4["measured_cost"].max()),
+          b4_roofline_cost_lo=float(rep4["roofline_cost"].min()),
+          b4_roofline_cost_hi=float(rep4["roofline_cost"].max()),
+          b4_cost_word=wording.size_word(float(rep4["measured_cost"].min() - 1)),
+          b4_roofline_direction=direction_phrase(rep4))
+    # Headings say which way the result goes, from the same numbers.
+    b4_against = (n.values.get("b4_mape_eq1", 0) >= n.values.get("b4_mape_blind", np.inf)
+                  or n.values.get("b4_mape_d0", np.inf) < n.values.get("b4_mape_eq1", 0))
+    n.add(b4_heading="Against the thesis: batch 4." if b4_against else "For the thesis: batch 4.")
+    floor = host_floor.numbers(root)
+    if "host_ratio" in floor.values:
+        n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
+              floor_models=f"from {floor['small_label']} to {floor['large_label']}")
+        n.add(floor_heading=("For the thesis: the host floor." if floor["host_invariance"]
+                             == "model-size invariant" else "Against the thesis: the host floor."))
+    else:
+        n.add(host_ratio=float("nan"), host_invariance="not measured",
+              floor_models="between model sizes", floor_heading="The host floor.")
+    return n
+
+

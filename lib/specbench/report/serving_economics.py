@@ -1,0 +1,134 @@
+"""Serving economics from a stored serving run: cost per million SLO-qualified tokens on whole
+replicas, the speedup per load level with bootstrap intervals, and the crossover load."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["add_costs", "speedups", "crossover_point", "crossovers", "serving_tables"]
+
+
+# -- economics, speedup and crossover ---------------------------------------------------------
+
+def add_costs(levels: pd.DataFrame, price_per_replica_hour: float,
+              demand_tokens_per_s: float) -> pd.DataFrame:
+    """Cost per million SLO-qualified output tokens on whole replicas (one replica = one
+    server of this configuration, priced per replica-hour)."""
+    from specbench.theory.economics import cost_per_million
+
+    replicas, costs = [], []
+    for q in levels["qualified_tokens_per_s"]:
+        if not q > 0:
+            replicas.append(np.nan)
+            costs.append(np.nan)   # no request met the SLO: no qualified token to price
+            continue
+        # The fleet serves the whole demand: replicas = ceil(demand / q), all paid for.
+        n, usd = cost_per_million(1, price_per_replica_hour, q, demand_tokens_per_s,
+                                  demand_tokens_per_s)
+        replicas.append(n)
+        costs.append(usd)
+    return levels.assign(replicas=replicas, cost_per_million_usd=costs)
+
+
+def _bootstrap_ratio(base: np.ndarray, spec: np.ndarray, rng, n: int = 2000) -> np.ndarray:
+    b = rng.choice(base, size=(n, len(base)), replace=True)
+    s = rng.choice(spec, size=(n, len(spec)), replace=True)
+    return np.median(b, axis=1) / np.median(s, axis=1)
+
+
+def speedups(requests: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
+    """Speedup of each γ over γ=0 at each closed-loop concurrency, per workload: the ratio of
+    median TPOT (per-token latency, prefill excluded), with a 95 % bootstrap interval over
+    requests."""
+    rng = np.random.default_rng(seed)
+    closed = requests[requests["mode"] == "concurrency"]
+    rows = []
+    for (workload, level), group in closed.groupby(["workload", "level"]):
+        base = group[group["gamma"] == 0]["tpot_ms"].to_numpy()
+        if not len(base):
+            continue
+        for gamma, spec in group[group["gamma"] > 0].groupby("gamma"):
+            s = spec["tpot_ms"].to_numpy()
+            boot = _bootstrap_ratio(base, s, rng, n_boot)
+            rows.append({"workload": workload, "gamma": int(gamma), "concurrency": int(level),
+                         "speedup": float(np.median(base) / np.median(s)),
+                         "speedup_lo": float(np.percentile(boot, 2.5)),
+                         "speedup_hi": float(np.percentile(boot, 97.5))})
+    return pd.DataFrame(rows, columns=["workload", "gamma", "concurrency", "speedup",
+                                       "speedup_lo", "speedup_hi"])
+
+
+def crossover_point(concurrency: np.ndarray, speedup: np.ndarray) -> float:
+    """The concurrency where the speedup first falls below 1, interpolated linearly in
+    log2(concurrency) between the two levels around it; -inf when it is below 1 already at the
+    lowest level, +inf when it never falls below 1 in range."""
+    order = np.argsort(concurrency)
+    c, s = np.asarray(concurrency, float)[order], np.asarray(speedup, float)[order]
+    below = np.nonzero(s < 1)[0]
+    if not len(below):
+        return math.inf
+    i = below[0]
+    if i == 0:
+        return -math.inf
+    x0, x1 = np.log2(c[i - 1]), np.log2(c[i])
+    x = x0 + (s[i - 1] - 1) / (s[i - 1] - s[i]) * (x1 - x0)
+    return float(2 ** x)
+
+
+def crossovers(requests: pd.DataFrame, seed: int = 0, n_boot: int = 1000) -> pd.DataFrame:
+    """Per workload and γ: the crossover concurrency, its 95 % bootstrap interval (requests
+    resampled within each level and arm), and the share of resamples with a crossover."""
+    rng = np.random.default_rng(seed)
+    closed = requests[requests["mode"] == "concurrency"]
+    rows = []
+    for workload, wgroup in closed.groupby("workload"):
+        levels = sorted(wgroup["level"].unique())
+        base = {c: wgroup[(wgroup["gamma"] == 0) & (wgroup["level"] == c)]["tpot_ms"].to_numpy()
+                for c in levels}
+        for gamma in sorted(g for g in wgroup["gamma"].unique() if g > 0):
+            spec = {c: wgroup[(wgroup["gamma"] == gamma) & (wgroup["level"] == c)][
+                "tpot_ms"].to_numpy() for c in levels}
+            cs = [c for c in levels if len(base[c]) and len(spec[c])]
+            if not cs:
+                continue
+            point = crossover_point(np.array(cs), np.array(
+                [np.median(base[c]) / np.median(spec[c]) for c in cs]))
+            boot = np.array([crossover_point(np.array(cs), np.array([
+                np.median(rng.choice(base[c], len(base[c]))) /
+                np.median(rng.choice(spec[c], len(spec[c]))) for c in cs]))
+                for _ in range(n_boot)])
+            # Quantiles that pick resampled values (no interpolation), so ±inf ("below 1
+            # from the start", "no crossover in range") stay what they are.
+            lo, hi = np.quantile(boot, [0.025, 0.975], method="inverted_cdf")
+            rows.append({"workload": workload, "gamma": int(gamma),
+                         "max_concurrency": int(max(cs)), "min_concurrency": int(min(cs)),
+                         "crossover": point, "crossover_lo": float(lo),
+                         "crossover_hi": float(hi),
+                         "share_with_crossover": float(np.mean(np.isfinite(boot) | (boot < 0))),
+                         "verdict": _verdict(point, cs)})
+    return pd.DataFrame(rows, columns=["workload", "gamma", "max_concurrency",
+                                       "min_concurrency", "crossover", "crossover_lo",
+                                       "crossover_hi", "share_with_crossover", "verdict"])
+
+
+def _verdict(point: float, levels) -> str:
+    if point == math.inf:
+        return f"no crossover up to {int(max(levels))}"
+    if point == -math.inf:
+        return f"below 1 already at {int(min(levels))}"
+    return f"crossover at {point:.1f}"
+
+
+def serving_tables(run) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A serving run's levels with their cost per million, its speedups and its crossovers,
+    computed from the stored measurements (``levels.csv``, ``requests.csv``) and the run's
+    economics parameters (price per replica-hour and demand: parameters, not measurements)."""
+    economics = run.manifest["economics"]
+    levels = run.table("levels.csv").drop(columns=["replicas", "cost_per_million_usd"],
+                                          errors="ignore")
+    levels = add_costs(levels, economics["price_per_replica_hour_usd"],
+                       economics["demand_tokens_per_s"])
+    requests = run.table("requests.csv")
+    return levels, speedups(requests), crossovers(requests)
