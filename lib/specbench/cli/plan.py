@@ -17,7 +17,7 @@ from specbench.report.plan import (
 )
 from specbench.store.runs import DEFAULT_ROOT
 
-__all__ = ["HELP", "DESCRIPTION", "add_arguments", "main", "run"]
+__all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
 
 
 
@@ -118,12 +118,6 @@ def _check_mode(p, args) -> None:
     if missing:
         p.error(f"argument {missing[0]}: required with "
                 f"{', '.join(given + (['--host-ms'] if args.host_ms is not None else []))}")
-
-
-def main(argv=None) -> int:
-    """``specbench plan ARGS`` from Python (the book's worked example): the one parser tree."""
-    from specbench.cli.main import main as specbench_main
-    return specbench_main(["plan", *(argv or [])])
 
 
 def run(args, p: argparse.ArgumentParser) -> int:

@@ -1,4 +1,5 @@
-"""TODO."""
+"""A sweep's tidy tables from its raw records: calls, requests, repetitions and cells, with the
+paired γ=0 baseline and the decode-step counts from the counters."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,6 @@
 """The serving chapter's numbers (book/serving.md), read from a ``serving`` run.
 
-One function, :func:`chapter_numbers`, returns every number and data-dependent sentence the
+The chapter module :mod:`specbench.report.chapters.serving` returns every number and data-dependent sentence the
 chapter glues, with the run id they came from; the tables the chapter shows are built here too,
 so the chapter is prose plus one-line calls.
 """

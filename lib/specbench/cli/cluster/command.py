@@ -1,4 +1,4 @@
-"""TODO."""
+"""``specbench cluster``: submit, status, collect and resubmit from the command line."""
 from __future__ import annotations
 
 import ast

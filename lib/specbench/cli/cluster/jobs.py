@@ -1,4 +1,4 @@
-"""TODO."""
+"""Submission of notebook grids as Slurm job arrays, their status, collection and resubmission."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""TODO."""
+"""Cluster profiles (partitions and their resources) and the notebook grids split into tasks."""
 from __future__ import annotations
 
 import ast

@@ -1,4 +1,4 @@
-"""TODO."""
+"""The cluster self-test notebook's work: a tiny run that proves a task wrote to the store."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""TODO."""
+"""vLLM's own benchmark client against the server, and the measurement of one load level."""
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,4 @@
-"""TODO."""
+"""What a serving run measures: SLOs, the load definition and the run's configuration."""
 from __future__ import annotations
 
 import json

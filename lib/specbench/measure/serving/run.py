@@ -1,4 +1,4 @@
-"""TODO."""
+"""A serving run: one server per γ, every workload and load level, written to the store."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""TODO."""
+"""A real vLLM OpenAI server on 127.0.0.1: its life, its metrics and the CPU load beside it."""
 from __future__ import annotations
 
 import atexit

@@ -1,4 +1,4 @@
-"""TODO."""
+"""The acceptance chapter's numbers: acceptance across its range on Spec-Bench, and the lossless test."""
 from __future__ import annotations
 
 import numpy as np

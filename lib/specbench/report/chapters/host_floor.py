@@ -1,4 +1,4 @@
-"""TODO."""
+"""The host-floor chapter's numbers: the differenced profile and what it can and cannot say."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""TODO."""
+"""The front page's numbers: the regime of each SKU and what the data supports."""
 from __future__ import annotations
 
 from specbench.report.chapters.base import (

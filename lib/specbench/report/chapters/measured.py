@@ -1,4 +1,4 @@
-"""TODO."""
+"""The measured chapter's numbers and the one table of published reference values."""
 from __future__ import annotations
 
 import pandas as pd

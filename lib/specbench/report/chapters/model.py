@@ -1,4 +1,4 @@
-"""TODO."""
+"""The model chapter's numbers: eq. 1's limits at a stated d."""
 from __future__ import annotations
 
 import numpy as np

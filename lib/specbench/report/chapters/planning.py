@@ -1,4 +1,5 @@
-"""TODO."""
+"""The planning chapter's numbers, words and tables: recommendations, break-even, priced
+decisions, negative cells and KV capacity, from the latest sweep of every SKU."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""TODO."""
+"""The regimes chapter's numbers: which regime each cell is in and how close eq. 1 comes."""
 from __future__ import annotations
 
 from specbench.report.chapters.base import (

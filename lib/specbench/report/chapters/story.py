@@ -1,4 +1,4 @@
-"""TODO."""
+"""The story chapter's numbers: the study in one page, with its thesis sentence."""
 from __future__ import annotations
 
 import numpy as np

@@ -18,7 +18,7 @@ break-even acceptance (:func:`break_even_table`), per-position acceptance from t
 (:func:`per_position_acceptance`), whole-replica cost per million SLO-qualified tokens
 (:func:`priced`), hypothetical draft-model KV capacity (:func:`hypothetical_draft_kv`), the
 cells where speculation did not pay (:func:`negative_cells`), and the planning chapter's named
-numbers (:func:`chapter_numbers`).
+numbers (:mod:`specbench.report.chapters.planning`).
 """
 from specbench.report.plan.acceptance import *  # noqa: F401,F403
 from specbench.report.plan.from_runs import *  # noqa: F401,F403

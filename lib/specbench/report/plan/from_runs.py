@@ -1,4 +1,4 @@
-"""TODO."""
+"""The plan from a SKU's stored runs: its latest sweep's cells through the model's inputs."""
 from __future__ import annotations
 
 import numpy as np

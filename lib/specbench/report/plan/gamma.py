@@ -1,4 +1,5 @@
-"""TODO."""
+"""The γ decision: eq. 1 with the model's inputs (chosen in one place, :func:`model_inputs`),
+the recommendation rule, and explicit-number plans."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""TODO."""
+"""The cells where speculation did not pay: per-repetition speedup intervals and their verdicts."""
 from __future__ import annotations
 
 import pandas as pd

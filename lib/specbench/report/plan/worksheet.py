@@ -1,4 +1,5 @@
-"""TODO."""
+"""The economics worksheet on measured data: break-even acceptance, priced decisions on whole
+replicas, and a hypothetical draft model's KV-capacity loss."""
 from __future__ import annotations
 
 import numpy as np
