@@ -117,6 +117,10 @@ class Generation:
     counters: SpecCounters | None = None  # delta over this call; None when γ = 0
     counters_after: SpecCounters | None = None  # the cumulative reading that closed it
     iterations: int | None = None       # engine steps taken by this call (vLLM's histogram)
+    # The call's step timeline: when each engine step returned (seconds since the call began)
+    # and every request's cumulative output tokens after it (the decode window's input).
+    step_times: list[float] | None = None
+    step_counts: list[list[int]] | None = None
 
     @property
     def pot_s(self) -> list[float]:
@@ -207,7 +211,7 @@ class Engine:
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         before, steps_before = self._read() if read_counters else (None, None)
         start = time.perf_counter()
-        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        outputs, times, counts = self._run(inputs, params)
         wall = time.perf_counter() - start
         after, steps_after = self._read() if read_counters else (None, None)
         stats = [o.metrics for o in outputs]
@@ -221,7 +225,25 @@ class Engine:
             counters=(after - before) if (before is not None and after is not None) else None,
             counters_after=after,
             iterations=(steps_after - steps_before
-                        if steps_before is not None and steps_after is not None else None))
+                        if steps_before is not None and steps_after is not None else None),
+            step_times=[s - start for s in times], step_counts=counts)
+
+    def _run(self, inputs, params):
+        """``LLM.generate``'s own loop (enqueue, then step until done), with a timestamp and
+        every request's cumulative token count after each engine step."""
+        ids = self.llm.enqueue(inputs, params, use_tqdm=False)
+        engine = self.llm.llm_engine
+        current, finished, times, counts = dict.fromkeys(ids, 0), {}, [], []
+        while engine.has_unfinished_requests():
+            outputs = engine.step()
+            now = time.perf_counter()
+            for out in outputs:
+                current[out.request_id] = len(out.outputs[0].token_ids)
+                if out.finished:
+                    finished[out.request_id] = out
+            times.append(now)
+            counts.append([current[i] for i in ids])
+        return [finished[i] for i in ids], times, counts
 
     def describe(self) -> dict:
         return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2),

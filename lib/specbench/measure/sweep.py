@@ -21,6 +21,7 @@ from tqdm import tqdm
 from specbench.engine.vllm_engine import DTYPES, Engine, EngineSettings
 from specbench.measure.sweep_tables import tables
 from specbench.measure.workloads import builtin as workloads
+from specbench.measure.window import decode_window
 from specbench.measure.workloads import source
 from specbench.store import faults
 from specbench.store.contract import contract
@@ -212,8 +213,14 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
     with ForeignCpu() as foreign:
         gen = engine.generate([prompts[i] for i in group], lengths,
                               _sampling(source, reqs, temperature, cfg.seed, rep))
+    pot_s = gen.pot_s
+    window = (decode_window(gen.step_times, gen.step_counts)
+              if gen.step_times else None)
+    if window is not None and len(group) > 1:
+        pot_s = window.pot_s()   # batch N: only steps in which all N requests decode
     call = {"arm": arm, "rep": rep, "call": index, "ids": [r.id for r in reqs],
-            "wall_s": gen.wall_s, "pot_ms": [1e3 * p for p in gen.pot_s],
+            "wall_s": gen.wall_s, "pot_ms": [1e3 * p for p in pot_s],
+            **(window.as_row() if window is not None else {}),
             "ttft_ms": [1e3 * t for t in gen.ttft_s], "decode_s": gen.decode_s,
             "output_tokens": gen.output_tokens, "iterations": gen.iterations,
             "loadavg_1m": load, "foreign_cores": foreign.foreign_cores,

@@ -20,6 +20,16 @@ def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFra
 
 KEY = ["workload", "gamma", "batch", "temperature"]
 
+# A cell whose repetitions' means spread by more than this (max − min, percent of their median)
+# is flagged unstable: shown in the tables, kept out of the fit of h (specbench.theory.predict).
+# Repetitions of a quiet cell agree within about ±10 %.
+UNSTABLE_SPREAD_PCT = 20.0
+
+
+def _spread_pct(values: pd.Series) -> float:
+    med = float(values.median())
+    return float(100 * (values.max() - values.min()) / med) if med > 0 else np.nan
+
 
 def request_rows(parts: dict[str, dict]) -> pd.DataFrame:
     """One row per request per timed call (spec and paired-base arms)."""
@@ -40,6 +50,11 @@ def request_rows(parts: dict[str, dict]) -> pd.DataFrame:
                        "pot_ms": call["pot_ms"][j], "ttft_ms": call["ttft_ms"][j],
                        "output_sha256": call["output_sha256"][j],
                        "foreign_cores": call["foreign_cores"]}
+                if "window_s" in call:   # runs before decode windows have no such fields
+                    row.update(window_ms=1e3 * call["window_s"],
+                               window_tokens=call["window_tokens"][j],
+                               window_steps=call["window_steps"],
+                               overlap_ms=1e3 * call["overlap_s"])
                 if alone and call["arm"] == "spec":
                     row.update({k: counters.get(k, 0) for k in
                                 ("drafts", "draft_tokens", "accepted_tokens")},
@@ -139,7 +154,10 @@ def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFra
            "n_requests": int(spec["request"].nunique()),
            "requests": " ".join(sorted(spec["request"].unique())),
            "pot_ms": float(per_request.mean()), "pot_ms_min": float(rep_means.min()),
-           "pot_ms_max": float(rep_means.max()), "ttft_ms": float(spec["ttft_ms"].median()),
+           "pot_ms_max": float(rep_means.max()),
+           "rep_spread_pct": _spread_pct(rep_means),
+           "unstable": bool(len(rep_means) >= 3 and _spread_pct(rep_means) > UNSTABLE_SPREAD_PCT),
+           "ttft_ms": float(spec["ttft_ms"].median()),
            "prompt_tokens": int(round(spec.groupby("request")["prompt_tokens"].first().mean())),
            **counters,
            # Definitions and the zero-draft convention (α = 0, length 1) live on the
@@ -154,12 +172,28 @@ def _cell_row(key: dict, record: dict, calls: pd.DataFrame, requests: pd.DataFra
            "foreign_cores": float(calls["foreign_cores"].max()),
            "loaded": bool(calls["foreign_cores"].max() > MAX_FOREIGN_CORES),
            "paired": bool(len(base))}
+    row.update(_window_columns(spec, key["batch"]))
     if len(base):
         base_per_request = base.groupby("request")["pot_ms"].median()
         row["base_pot_ms"] = float(base_per_request.mean())
         row["speedup"] = row["base_pot_ms"] / row["pot_ms"]
         row["outputs_equal"], row["first_mismatch"] = _equal(record, key["temperature"])
     return row
+
+
+def _window_columns(spec: pd.DataFrame, batch: int) -> dict:
+    """A batch-N cell's decode-window columns (:mod:`specbench.measure.window`): the tokens per
+    step inside the windows — the harmonic mean over its requests and repetitions, because the
+    cell's latency is the mean of window_s / tokens — and the overlap the windows left out."""
+    if batch == 1:
+        return {}
+    if "window_steps" not in spec or spec["window_steps"].isna().any() or \
+            (spec["window_tokens"] <= 0).any():
+        return {"overlap_removed": False}
+    return {"overlap_removed": True,
+            "window_divisor": float(1 / (spec["window_steps"] / spec["window_tokens"]).mean()),
+            "window_steps": int(spec["window_steps"].sum()),
+            "overlap_ms": float(spec["overlap_ms"].median())}
 
 
 def _cell_steps(spec: pd.DataFrame, counters: dict, gamma: int) -> tuple[int, bool]:

@@ -178,6 +178,12 @@ def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
     if cells.empty:
         raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
     cells["divisor_counters"] = cells["emitted_per_step"]
+    if "window_divisor" in cells:
+        # Batch N with decode windows: tokens per step over the same steps the latency covers.
+        cells["divisor_counters"] = cells["window_divisor"].fillna(cells["divisor_counters"])
+    if "overlap_removed" not in cells:
+        cells["overlap_removed"] = np.nan
+    cells["overlap_removed"] = cells["overlap_removed"].where(cells["batch"] > 1, True)
     cells["d_micro"] = _micro_d(cells, root)
     return _paper_columns(add_predictions(cells, request_predictors(root, cells)))
 

@@ -15,9 +15,10 @@ The headline model (named here once, before it meets new runs) is
 * s — the share of decode steps that drafted (counters): a step whose n-gram lookup found
   nothing verifies one row and costs t_base, so the verify overhead d and the host term h are
   paid by drafting steps only (the paper's eq. 1 charges d to every step);
-* h — a per-cycle host cost paid by each drafting step (proposer lookup, rejection sampling, draft bookkeeping), fitted on
-  the *other* workloads of the same SKU and batch (leave-one-workload-out), never on the cell
-  it predicts.
+* h — a per-cycle host cost paid by each drafting step (proposer lookup, rejection sampling,
+  draft bookkeeping), estimated robustly (:func:`fit_host_ratio`) from the *other* workloads
+  of the same SKU and batch that identify it (:func:`identifying`; leave-one-workload-out),
+  never from the cell it predicts.
 
 At batch 1, where the run has per-request counters, the model predicts each request and
 averages the predictions over requests, as the measurement averages requests (1/D is convex,
@@ -32,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["HEADLINE", "MODELS", "add_predictions", "fit_host_ratio", "bootstrap_mape",
-           "cell_interval"]
+__all__ = ["HEADLINE", "MODELS", "MIN_IDENTIFYING_SHARE", "add_predictions", "fit_host_ratio",
+           "host_ratio_sensitivity", "identifying", "bootstrap_mape", "cell_interval"]
 
 HEADLINE = "model"
 MODELS = {
@@ -51,16 +52,48 @@ def _pot(t_base, d, h, share, divisor):
     return (t_base * (1 + share * d) + share * h) / divisor
 
 
+# h is identified only by cells that draft often enough: a residual of a few percent on a cell
+# whose steps draft 7 % of the time would become a host cost of half a step. Below this drafting
+# share a cell does not enter the fit (and a SKU whose other workloads all lie below it gets
+# h = 0, the eq.-1 assumption, rather than a guess).
+MIN_IDENTIFYING_SHARE = 0.2
+
+
+def identifying(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells that may enter the fit of h: speculative, greedy or sampled alike, drafting on
+    at least :data:`MIN_IDENTIFYING_SHARE` of their steps, and not flagged unstable (their
+    repetitions disagree; :mod:`specbench.measure.sweep_tables`)."""
+    c = cells[(cells["gamma"] > 0) & (cells["drafting_share"] >= MIN_IDENTIFYING_SHARE)]
+    if "unstable" in c:
+        c = c[~c["unstable"].fillna(False).astype(bool)]
+    return c
+
+
 def fit_host_ratio(cells: pd.DataFrame) -> float:
-    """Least squares through the origin of the per-step residual on the drafting share, in
-    units of t_base: (pot·D − t_base(1+d)) / t_base ≈ (h/t_base)·s."""
-    c = cells[(cells["gamma"] > 0) & (cells["drafting_share"] > 0)]
+    """h/t_base from the identifying cells: the median of each cell's own estimate
+    (pot·D − t_base(1+s·d)) / (t_base·s) — a slope through the origin that one disturbed cell
+    cannot move far (the least-squares slope it replaces followed the cells with the largest
+    share, one bad cell included). A negative median (speculation's extra work cheaper than
+    nothing) is not a cost and is clipped to 0."""
+    c = identifying(cells)
     if c.empty:
         return 0.0
     r = (c["pot_ms"] * c["divisor_counters"]
          - c["t_base_ms"] * (1 + c["drafting_share"] * c["d"])) / c["t_base_ms"]
-    s = c["drafting_share"]
-    return float(max(0.0, (r * s).sum() / (s * s).sum()))
+    return float(max(0.0, (r / c["drafting_share"]).median()))
+
+
+def host_ratio_sensitivity(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per SKU and batch: h/t_base from every identifying greedy cell, and the largest change
+    when any single one of them is left out (how much one cell can move h)."""
+    rows = []
+    for (sku, b), group in cells[cells["temperature"] == 0].groupby(["sku", "batch"]):
+        c = identifying(group)
+        h = fit_host_ratio(group)
+        moves = [abs(fit_host_ratio(c.drop(index=i)) - h) for i in c.index] if len(c) > 1 else []
+        rows.append({"sku": sku, "batch": b, "cells": len(c), "h_ratio": h,
+                     "max_move": max(moves) if moves else np.nan})
+    return pd.DataFrame(rows)
 
 
 def _cross_fitted_h(cells: pd.DataFrame) -> pd.Series:
