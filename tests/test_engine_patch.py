@@ -246,3 +246,103 @@ def test_seeded_request_with_a_chunked_prefill_kills_the_cpu_engine(monkeypatch)
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # noqa: BLE001 - the engine core is already dead
             pass
+
+
+# --- the setting: engine settings, manifest, sweep resume, CLI flags ------------------------
+
+def test_engine_setting_is_off_by_default_and_recorded(tmp_path, monkeypatch):
+    from specbench import engine, sweep
+    off = engine.EngineSettings(model=str(tmp_path))
+    assert off.engine_patch is None and off.manifest_fields()["engine_patch"] is None
+    on = engine.EngineSettings(model=str(tmp_path), engine_patch=CPU_EXPAND_FIX)
+    monkeypatch.setattr(engine, "on_gpu", lambda: False)
+    on.validate()
+    assert on.manifest_fields()["engine_patch"] == PATCHES[CPU_EXPAND_FIX].manifest()
+    with pytest.raises(ValueError, match="engine_patch must be one of"):
+        engine.EngineSettings(model=str(tmp_path), engine_patch="nope").validate()
+    monkeypatch.setattr(engine, "on_gpu", lambda: True)
+    with pytest.raises(ValueError, match="CPU backend only"):
+        on.validate()
+    # A sweep's manifest records the patch, and a resumed sweep keeps it.
+    monkeypatch.setattr(sweep, "contract", lambda kind, model, dtype: {
+        "kind": kind, "engine": {"name": "stand-in", "version": "0", "settings": {}},
+        "model": {"path": model}, "dtype": dtype})
+    cfg = sweep.SweepConfig(model=str(tmp_path), engine_patch=CPU_EXPAND_FIX)
+    m = sweep._manifest(cfg, str(tmp_path))
+    assert m["engine"]["engine_patch"]["upstream"] == list(PATCHES[CPU_EXPAND_FIX].upstream)
+    m.update(load={"max_load": 2.0})
+    assert sweep.SweepConfig.from_manifest(m).engine_patch == CPU_EXPAND_FIX
+    cfg = sweep.SweepConfig(model=str(tmp_path))
+    m = {**sweep._manifest(cfg, str(tmp_path)), "load": {"max_load": 2.0}}
+    assert sweep.SweepConfig.from_manifest(m).engine_patch is None
+
+
+def test_engine_sets_the_environment_before_vllm_starts(tmp_path, monkeypatch):
+    """The adapter puts the setting in the environment (the engine-core child inherits it) and
+    applies it in this process, before vllm.LLM is created; off removes a stale value."""
+    import sys
+    import types
+
+    from specbench import engine
+    seen = []
+
+    class StandInLLM:
+        def __init__(self, **kwargs):
+            seen.append(os.environ.get(ENV))
+
+        def get_tokenizer(self):
+            return None
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=StandInLLM))
+    monkeypatch.setattr(engine, "on_gpu", lambda: False)
+    calls = []
+    monkeypatch.setattr(engine_patch, "register", lambda: calls.append(os.environ.get(ENV)))
+    monkeypatch.setenv(ENV, "stale")
+    engine.Engine(engine.EngineSettings(model=str(tmp_path), engine_patch=CPU_EXPAND_FIX))
+    engine.Engine(engine.EngineSettings(model=str(tmp_path)))
+    assert seen == [CPU_EXPAND_FIX, None] and calls == [CPU_EXPAND_FIX, None]
+
+
+def test_cli_flags_turn_the_patch_on():
+    from specbench import cli
+    parser = cli.argparse.ArgumentParser()
+    cli._sweep_args(parser)
+    assert cli.config_from_args(parser.parse_args([])).engine_patch is None
+    assert cli.config_from_args(
+        parser.parse_args(["--engine-patch", CPU_EXPAND_FIX])).engine_patch == CPU_EXPAND_FIX
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--engine-patch", "nope"])
+
+
+def test_lossless_passes_the_patch_to_both_arms_and_the_manifest(tmp_path, monkeypatch):
+    from specbench import cli, contract, engine, lossless, runs
+    (tmp_path / "config.json").write_text("{}")
+    seen = {"arms": []}
+
+    class Stop(Exception):
+        pass
+
+    class StandInEngine:
+        def __init__(self, settings):
+            seen["arms"].append(settings.engine_patch)
+            if len(seen["arms"]) % 2 == 0:   # both arms built: stop before sampling
+                raise Stop
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(contract, "contract",
+                        lambda kind, model, dtype, **s: seen.update(contract=s) or {})
+    monkeypatch.setattr(runs, "create_run", lambda root, manifest: None)
+    monkeypatch.setattr(engine, "Engine", StandInEngine)
+    monkeypatch.setattr(cli, "_measure", lambda parser, cfg, run: run(cfg, progress=False))
+    with pytest.raises(Stop):
+        cli.main(["lossless", "--model", str(tmp_path), "--engine-patch", CPU_EXPAND_FIX])
+    assert seen["arms"] == [CPU_EXPAND_FIX] * 2
+    assert seen["contract"] == {"engine_patch": CPU_EXPAND_FIX}
+    with pytest.raises(Stop):
+        lossless.run_lossless(lossless.LosslessConfig(model=str(tmp_path)), progress=False)
+    assert seen["arms"][2:] == [None, None] and seen["contract"] == {"engine_patch": None}
