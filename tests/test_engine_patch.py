@@ -14,7 +14,7 @@ from specbench import engine_patch
 from specbench.engine_patch import CPU_EXPAND_FIX, ENV, EnginePatchError, PATCHES
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRY_POINT_VALUES = ("specbench.engine_patch:register", "specbench.engine.patch:register")
+ENTRY_POINT_VALUES = (engine_patch.ENTRY_POINT,)
 
 
 @pytest.fixture
@@ -176,6 +176,23 @@ def test_recognises_the_installed_engine(cpu_vllm):
         == PATCHES[CPU_EXPAND_FIX].source_sha256
 
 
+def test_check_loadable_names_what_is_missing(monkeypatch):
+    """Without the entry point in the installed metadata vLLM never calls the plugin in the
+    engine-core process: the adapter refuses a patched run instead of recording a patch that
+    was not applied."""
+    import importlib.metadata as md
+    ep = md.EntryPoint(name="specbench-engine-patch", value=engine_patch.ENTRY_POINT,
+                       group=engine_patch.GROUP)
+    monkeypatch.setattr(md, "entry_points", lambda group: [])
+    with pytest.raises(EnginePatchError, match=r"^the engine patch needs [^\n]*reinstall"):
+        engine_patch.check_loadable({})
+    monkeypatch.setattr(md, "entry_points", lambda group: [ep])
+    engine_patch.check_loadable({})
+    engine_patch.check_loadable({"VLLM_PLUGINS": "other,specbench-engine-patch"})
+    with pytest.raises(EnginePatchError, match=r"^VLLM_PLUGINS='other' excludes"):
+        engine_patch.check_loadable({"VLLM_PLUGINS": "other"})
+
+
 def test_unknown_patch_name_is_one_line(monkeypatch):
     monkeypatch.setenv(ENV, "no-such-patch")
     with pytest.raises(EnginePatchError, match=r"^SPECBENCH_ENGINE_PATCH='no-such-patch': "
@@ -297,6 +314,7 @@ def test_engine_sets_the_environment_before_vllm_starts(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "on_gpu", lambda: False)
     calls = []
     monkeypatch.setattr(engine_patch, "register", lambda: calls.append(os.environ.get(ENV)))
+    monkeypatch.setattr(engine_patch, "check_loadable", lambda: None)
     monkeypatch.setenv(ENV, "stale")
     engine.Engine(engine.EngineSettings(model=str(tmp_path), engine_patch=CPU_EXPAND_FIX))
     engine.Engine(engine.EngineSettings(model=str(tmp_path)))

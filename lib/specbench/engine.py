@@ -158,6 +158,7 @@ class Engine:
         # refusal is one line before the engine starts and an in-process engine matches.
         from . import engine_patch
         if settings.engine_patch:
+            engine_patch.check_loadable()
             os.environ[engine_patch.ENV] = settings.engine_patch
         else:
             os.environ.pop(engine_patch.ENV, None)

@@ -37,7 +37,8 @@ import sys
 from dataclasses import dataclass
 
 __all__ = ["ENV", "CPU_EXPAND_FIX", "PATCHES", "UPSTREAM_ISSUE", "UPSTREAM_PR", "Patch",
-           "EnginePatchError", "register", "requested", "source_sha256", "manifest_entry"]
+           "EnginePatchError", "register", "requested", "source_sha256", "manifest_entry",
+           "ENTRY_POINT", "check_loadable"]
 
 ENV = "SPECBENCH_ENGINE_PATCH"
 CPU_EXPAND_FIX = "cpu-expand-fix"
@@ -174,6 +175,26 @@ def _revert(patch: Patch) -> None:
     original = getattr(current, _ORIGINAL)
     setattr(module, patch.attribute, original)
     _reregister(patch, current, original)
+
+
+ENTRY_POINT = f"{__name__}:register"
+GROUP = "vllm.general_plugins"
+
+
+def check_loadable(environ=None) -> None:
+    """Fail in one line unless vLLM will call :func:`register` in the processes it starts: the
+    package's ``vllm.general_plugins`` entry point must be in the installed metadata (an install
+    older than the entry point has none: reinstall) and not excluded by ``VLLM_PLUGINS``."""
+    from importlib.metadata import entry_points
+    ours = [ep for ep in entry_points(group=GROUP) if ep.value == ENTRY_POINT]
+    if not ours:
+        raise EnginePatchError(f"the engine patch needs the {GROUP} entry point {ENTRY_POINT!r} "
+                               "in the installed package metadata, and there is none: reinstall "
+                               "the package (pip install -e .)")
+    allowed = (os.environ if environ is None else environ).get("VLLM_PLUGINS")
+    if allowed is not None and not {ep.name for ep in ours} & set(allowed.split(",")):
+        raise EnginePatchError(f"VLLM_PLUGINS={allowed!r} excludes the engine patch's plugin "
+                               f"{ours[0].name!r}: add it, or unset VLLM_PLUGINS")
 
 
 def register() -> None:
