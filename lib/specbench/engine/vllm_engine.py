@@ -52,6 +52,9 @@ class EngineSettings:
     # (with method 'ngram_gpu', and its own γ = 0 baseline).
     async_scheduling: bool = False
     speculative_method: str = "ngram"   # or "ngram_gpu" (GPU only; supports async scheduling)
+    # A named fix of the installed engine, applied by the project's vLLM general plugin
+    # (specbench.engine.patch): None runs the engine as released.
+    engine_patch: str | None = None
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -69,6 +72,14 @@ class EngineSettings:
             raise ValueError(f"{' and '.join(gpu_only)}: NVIDIA GPU only (vLLM's CPU backend "
                              "forces async scheduling off and has no GPU n-gram proposer), and "
                              "neither NVML nor nvidia-smi reports a GPU here")
+        if self.engine_patch:
+            from specbench.engine.patch import PATCHES
+            if self.engine_patch not in PATCHES:
+                raise ValueError(f"engine_patch must be one of {tuple(PATCHES)}, got "
+                                 f"{self.engine_patch!r}")
+            if on_gpu():
+                raise ValueError(f"engine_patch {self.engine_patch!r} fixes vLLM's CPU backend "
+                                 "only; a GPU runs the Triton kernel it replaces")
         looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
         if looks_like_path and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
@@ -95,7 +106,9 @@ class EngineSettings:
 
     def manifest_fields(self) -> dict:
         """What a run's manifest states about the engine's execution mode."""
+        from specbench.engine.patch import manifest_entry
         return {"speculative_method": self.speculative_method,
+                "engine_patch": manifest_entry(self.engine_patch),
                 "async_scheduling": self.async_scheduling,
                 "enforce_eager": self.enforce_eager,
                 "graph_mode": "eager (no CUDA graphs, no torch.compile)" if self.enforce_eager
@@ -146,6 +159,16 @@ class Engine:
         settings.validate()
         if not on_gpu():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.cpu_kvcache_gib))
+        # The engine patch rides on the environment: vLLM's general plugin reads it in every
+        # process it starts (the engine-core child inherits it). Applied here too, so that a
+        # refusal is one line before the engine starts and an in-process engine matches.
+        from specbench.engine import patch as engine_patch
+        if settings.engine_patch:
+            engine_patch.check_loadable()
+            os.environ[engine_patch.ENV] = settings.engine_patch
+        else:
+            os.environ.pop(engine_patch.ENV, None)
+        engine_patch.register()
         from vllm import LLM  # imported late: importing vLLM takes seconds
 
         self.settings = settings

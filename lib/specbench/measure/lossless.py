@@ -68,6 +68,7 @@ class LosslessConfig:
     samples: int = 48           # per arm and temperature
     tokens: int = 24            # compared positions (and new tokens per sample)
     root: str | None = None
+    engine_patch: str | None = None   # specbench.engine.patch, both arms (None: as released)
 
     def validate(self) -> None:
         if self.gamma < 1:
@@ -106,7 +107,7 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
     if not model:
         from specbench.engine.assets import embedded_model_dir
         model = str(embedded_model_dir())
-    manifest = {**contract("lossless", model, cfg.dtype),
+    manifest = {**contract("lossless", model, cfg.dtype, engine_patch=cfg.engine_patch),
                 "grid": {"gamma": cfg.gamma, "workload": cfg.workload,
                          "temperatures": list(cfg.temperatures), "samples": cfg.samples,
                          "tokens": cfg.tokens},
@@ -118,8 +119,10 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
     run = create_run(cfg.root or DEFAULT_ROOT, manifest)
     rows, verdicts = [], []
     bar = tqdm(total=2 * len(cfg.temperatures), desc="lossless", disable=not progress)
-    with Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype)) as plain, \
-            Engine(EngineSettings(model=model, gamma=cfg.gamma, dtype=cfg.dtype)) as spec:
+    with Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype,
+                               engine_patch=cfg.engine_patch)) as plain, \
+            Engine(EngineSettings(model=model, gamma=cfg.gamma, dtype=cfg.dtype,
+                                  engine_patch=cfg.engine_patch)) as spec:
         prompt = spec.encode_chat(workloads.messages(cfg.workload, 0))
         for t in cfg.temperatures:
             out = {}

@@ -65,10 +65,12 @@ class SweepConfig:
     enforce_eager: bool = True
     async_scheduling: bool = False
     speculative_method: str = "ngram"
+    engine_patch: str | None = None     # specbench.engine.patch (e.g. 'cpu-expand-fix')
 
     def engine_options(self) -> dict:
         return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
-                "speculative_method": self.speculative_method}
+                "speculative_method": self.speculative_method,
+                "engine_patch": self.engine_patch}
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -116,8 +118,10 @@ class SweepConfig:
                    temperatures=tuple(grid.get("temperatures", (0.0,))),
                    seed=grid.get("seed", 0), paired=grid.get("paired", False),
                    spec_bench_path=grid.get("spec_bench_path"),
+                   # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting
+                   engine_patch=manifest.get("engine", {}).get("settings", {}).get("engine_patch"),
                    **{k: manifest["engine"][k] for k in cls().engine_options()
-                      if k in manifest.get("engine", {})})
+                      if k in manifest.get("engine", {}) and k != "engine_patch"})
 
     def resolved_model(self) -> str:
         if self.model:
