@@ -5,9 +5,9 @@ import warnings
 import pytest
 import torch
 
-from specbench.counters import SpecCounters
-from specbench.engine_protocol import MEMBERS, SWEEP_MEMBERS, SpecEngine
-from specbench.hf_engine import (BATCH_ONE, HFEngineSettings, PromptLookupTally,
+from specbench.engine.counters import SpecCounters
+from specbench.engine.protocol import MEMBERS, SWEEP_MEMBERS, SpecEngine
+from specbench.engine.transformers_engine import (BATCH_ONE, HFEngineSettings, PromptLookupTally,
                                  RecordingPromptLookup, TransformersEngine)
 
 
@@ -87,7 +87,7 @@ def test_adopt_keeps_the_settings_transformers_chose():
 
 
 def test_the_vllm_engine_and_the_stand_in_have_every_protocol_method():
-    from specbench.engine import Engine
+    from specbench.engine.vllm_engine import Engine
     from standin_sweep import StandInEngine
     for cls in (Engine, TransformersEngine):
         missing = [m for m in MEMBERS if m not in ("settings", "startup_s")
@@ -116,14 +116,14 @@ TOKENS = 24
 
 @pytest.fixture(scope="module")
 def repeat_prompt():
-    from specbench import workloads
+    from specbench.measure.workloads import builtin as workloads
     request = next(iter(workloads.source("repeat").candidates()))
     return request
 
 
 @pytest.fixture(scope="module")
 def bf16(repeat_prompt):
-    from specbench.assets import embedded_model_dir
+    from specbench.engine.assets import embedded_model_dir
     model = str(embedded_model_dir())
     engines = {g: TransformersEngine(HFEngineSettings(model=model, gamma=g, dtype="bfloat16"))
                for g in (0, 4)}
@@ -136,7 +136,7 @@ def bf16(repeat_prompt):
 
 @pytest.mark.engine
 def test_counter_identity_accepted_plus_steps_is_output(bf16):
-    from specbench.sweep import decode_steps
+    from specbench.measure.sweep_tables import decode_steps
     _, _, gens = bf16
     gen = gens[4]
     c = gen.counters
@@ -188,7 +188,7 @@ def test_counters_are_read_in_line_and_batches_refused(bf16):
 
 @pytest.mark.engine
 def test_fp32_prompt_lookup_output_equals_plain_greedy(repeat_prompt):
-    from specbench.assets import embedded_model_dir
+    from specbench.engine.assets import embedded_model_dir
     model = str(embedded_model_dir())
     outputs = {}
     for g in (0, 4):

@@ -1,5 +1,5 @@
 """A second engine: Hugging Face transformers' prompt-lookup decoding, behind the same
-interface as the vLLM adapter (:class:`specbench.engine_protocol.SpecEngine`).
+interface as the vLLM adapter (:class:`specbench.engine.protocol.SpecEngine`).
 
 Same checkpoint, same chat template (the tokenizer's, through
 :func:`specbench.engine.encode_messages`), same sampling (greedy unless told; temperature,
@@ -46,8 +46,8 @@ from pathlib import Path
 
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from .counters import SpecCounters
-from .engine import CHAT_TEMPLATE, Generation, encode_messages
+from specbench.engine.counters import SpecCounters
+from specbench.engine.vllm_engine import CHAT_TEMPLATE, Generation, encode_messages
 
 __all__ = ["HFEngineSettings", "TransformersEngine", "HFGeneration", "PromptLookupTally",
            "RecordingPromptLookup", "hf_engine_version", "ENGINE_NAME", "SKU_SUFFIX"]
@@ -62,7 +62,7 @@ BATCH_ONE = ("transformers runs prompt-lookup (assisted) generation at batch siz
 
 def _default_threads() -> int:
     """The thread count vLLM's CPU backend would use here (the SKU id's ``<n>t``)."""
-    from .hardware import cpu_threads
+    from specbench.engine.hardware import cpu_threads
     return cpu_threads({
         "cpu_affinity": len(os.sched_getaffinity(0)),
         "vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
