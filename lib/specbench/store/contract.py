@@ -40,23 +40,35 @@ def model_identity(model: str) -> dict:
     }
 
 
-def contract(kind: str, model: str, dtype: str, **settings) -> dict:
-    """The manifest fields shared by every kind of run."""
+def _engine_block(engine_name: str, model: str, dtype: str, settings: dict) -> tuple[dict, str]:
+    """The manifest's engine block and the SKU id suffix of the engine that measures."""
+    if engine_name == "transformers":
+        from specbench.engine.transformers_engine import (SKU_SUFFIX, HFEngineSettings,
+                                                          hf_engine_version)
+        hf = HFEngineSettings(model=model, dtype=dtype, **settings)
+        return ({**hf_engine_version(),
+                 "settings": {k: v for k, v in asdict(hf).items() if k not in ("model", "gamma")},
+                 **hf.manifest_fields()}, SKU_SUFFIX)
+    engine = EngineSettings(model=model, dtype=dtype, **settings)
+    return ({**engine_version(),
+             "settings": {k: v for k, v in asdict(engine).items() if k not in ("model", "gamma")},
+             **engine.manifest_fields(),
+             "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}}, "")
+
+
+def contract(kind: str, model: str, dtype: str, engine: str = "vllm", **settings) -> dict:
+    """The manifest fields shared by every kind of run. A SKU is hardware × engine: vLLM SKU ids
+    name the hardware; another engine appends its suffix ('-hf' for transformers)."""
     hardware = hardware_info()
     threads = None if hardware["gpus"] else cpu_threads(hardware)
-    engine = EngineSettings(model=model, dtype=dtype, **settings)
-    engine_settings = asdict(engine)
+    engine_block, suffix = _engine_block(engine, model, dtype, settings)
     shape, ceilings = model_shape(model, dtype), roofline_sku(hardware, threads, dtype)
     return {
         "kind": kind,
-        "sku": sku_id(hardware, dtype, threads),
+        "sku": sku_id(hardware, dtype, threads) + suffix,
         "code": code_revision(),
         "model": model_identity(model),
-        "engine": {**engine_version(),
-                   "settings": {k: v for k, v in engine_settings.items()
-                                if k not in ("model", "gamma")},
-                   **engine.manifest_fields(),
-                   "env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}},
+        "engine": engine_block,
         "hardware": {**hardware, "threads": threads},
         "dtype": dtype,
         "model_shape": shape,
