@@ -14,8 +14,24 @@ from specbench.engine.vllm_engine import Generation
 
 
 
+def staggered_timeline(n: int, max_tokens: int, prefill_step_s: float = 0.5,
+                       decode_step_s: float = 0.1):
+    """A batch whose request *j* finishes prefill in step *j*: until the last request's first
+    token every step also carries a prefill and takes ``prefill_step_s``; after it, pure decode
+    steps take ``decode_step_s``. Every request emits one token per step once it decodes."""
+    times, counts, now, tokens, step = [], [], 0.0, [0] * n, 0
+    while min(tokens) < max_tokens:
+        now += prefill_step_s if step < n else decode_step_s
+        tokens = [min(max_tokens, c + 1) if j <= step else c for j, c in enumerate(tokens)]
+        times.append(now)
+        counts.append(list(tokens))
+        step += 1
+    return times, counts
+
+
 class StandInEngine:
     startup_s = 0.0
+    staggered = False     # True: batched calls carry a staggered-prefill step timeline
 
     def __init__(self, settings):
         if os.environ.get("STANDIN_FAIL") == "start":
@@ -43,10 +59,14 @@ class StandInEngine:
             self.total = SpecCounters(self.total.drafts + 10, self.total.draft_tokens + 10 * g,
                                       self.total.accepted_tokens + 8 * g, ())
         n = len(prompts)
-        return Generation(wall_s=1.0, ttft_s=[0.1] * n, decode_s=[0.9 / (1 + g)] * n,
+        times, counts = staggered_timeline(n, max_tokens) if self.staggered else (None, None)
+        decode_s = ([times[-1] - times[j] for j in range(n)] if times
+                    else [0.9 / (1 + g)] * n)
+        return Generation(wall_s=1.0, ttft_s=[0.1] * n, decode_s=decode_s,
                           output_tokens=[max_tokens] * n, token_ids=[[5] * max_tokens] * n,
                           texts=["x"] * n, counters=delta,
-                          counters_after=self.total if g else None, iterations=None)
+                          counters_after=self.total if g else None, iterations=None,
+                          step_times=times, step_counts=counts)
 
 
 def stand_in_contract(kind, model, dtype):

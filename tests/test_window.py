@@ -38,3 +38,30 @@ def test_a_request_that_ends_before_another_starts_leaves_no_window():
 def test_a_malformed_timeline_is_refused():
     with pytest.raises(ValueError):
         decode_window([1.0], [])
+
+
+def test_a_batched_sweep_cell_is_timed_inside_its_decode_window(tmp_path, monkeypatch):
+    """A stand-in engine whose requests finish prefill at staggered times: the batch-2 cell's
+    latency is the pure decode step, the batch-1 cell keeps its first-to-last-token span, and
+    the windows are recorded per request row."""
+    import standin_sweep
+    from specbench.measure import sweep
+    standin_sweep.install(monkeypatch)
+    monkeypatch.setattr(standin_sweep.StandInEngine, "staggered", True)
+    model = standin_sweep.model_folder(tmp_path / "model")
+    cfg = sweep.SweepConfig(model=str(model), gammas=(0, 2), batches=(1, 2), reps=3, warmup=0,
+                            workloads=("repeat",),
+                            prompts=2, max_tokens=20, root=str(tmp_path / "runs"))
+    run = sweep.run_sweep(cfg, progress=False)
+    cells = run.table("cells.csv").set_index(["gamma", "batch"])
+    assert cells.loc[(2, 2), "pot_ms"] == pytest.approx(100.0)       # 0.1 s decode steps only
+    assert cells.loc[(2, 2), "overlap_removed"] and cells.loc[(2, 2), "overlap_ms"] > 0
+    assert cells.loc[(2, 2), "window_divisor"] == pytest.approx(1.0)
+    # Batch 1: no other request, the same definition as before — (last − first)/(n − 1).
+    assert cells.loc[(2, 1), "pot_ms"] == pytest.approx(100.0)
+    requests = run.table("requests.csv")
+    batched = requests[requests["batch"] == 2]
+    assert (batched["window_steps"] == 20 - 2).all() and (batched["window_tokens"] == 18).all()
+    # Timed over its own span, the first request would carry the second one's prefill:
+    own_span_ms = 1e3 * (0.5 + 18 * 0.1) / 19
+    assert own_span_ms > 1.2 * cells.loc[(2, 2), "pot_ms"]
