@@ -164,24 +164,28 @@ def _per_request(c: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
 
 def bootstrap_mape(errors: pd.Series, resamples: int = 2000, seed: int = 0,
                    level: float = 0.95) -> tuple[float, float, float]:
-    """MAPE and its percentile-bootstrap interval over cells."""
+    """MAPE and its bootstrap interval over cells (scipy's BCa bootstrap of the mean absolute
+    error; fewer than two cells, or cells that all err alike, have no interval)."""
+    from scipy import stats
     e = np.abs(np.asarray(errors, dtype=float))
     e = e[~np.isnan(e)]
     if e.size == 0:
         return (np.nan, np.nan, np.nan)
-    rng = np.random.default_rng(seed)
-    boots = rng.choice(e, size=(resamples, e.size), replace=True).mean(axis=1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
-    return float(e.mean()), float(lo), float(hi)
+    if e.size < 2 or np.ptp(e) == 0:
+        return (float(e.mean()), np.nan, np.nan)
+    res = stats.bootstrap((e,), np.mean, n_resamples=resamples, confidence_level=level,
+                          method="BCa", rng=np.random.default_rng(seed))
+    return float(e.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def cell_interval(values, resamples: int = 2000, seed: int = 0, level: float = 0.95):
-    """Percentile-bootstrap interval of the median of a cell's repetitions (with fewer than
-    three repetitions: their range)."""
+    """Percentile-bootstrap interval of the median of a cell's repetitions (scipy; BCa is
+    undefined for a median of a handful of ties). With fewer than three repetitions, or all
+    equal: their range."""
+    from scipy import stats
     v = np.asarray(values, dtype=float)
-    if v.size < 3:
+    if v.size < 3 or np.ptp(v) == 0:
         return float(v.min()), float(v.max())
-    rng = np.random.default_rng(seed)
-    meds = np.median(rng.choice(v, size=(resamples, v.size), replace=True), axis=1)
-    lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    res = stats.bootstrap((v,), np.median, n_resamples=resamples, confidence_level=level,
+                          method="percentile", rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
