@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from specbench.measure import serving
+from specbench.measure.serving import run as serving_run
 from specbench.report import serving_economics
 from specbench.report.serving_economics import serving_tables
 from specbench.engine.vllm_engine import EngineSettings
@@ -286,7 +287,7 @@ def test_spec_bench_category_through_the_clients_own_dataset(spec_server, tmp_pa
     load = LoadDefinition(workloads=("qa",), num_prompts=2, output_len=8,
                           slo=SLO(60_000, 10_000))
     ids = load.validate()
-    serving._check_question_ids(load.dataset_path, "qa", 2, ids["qa"])
+    serving_run._check_question_ids(load.dataset_path, "qa", 2, ids["qa"])
     row, requests = serving.measure_level(spec_server, "qa", DATASET, load, "rate", 4.0,
                                           tmp_path)
     assert row["completed"] == 2 and row["mode"] == "rate" and row["request_rate"] == 4.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ClaimError", "claim", "compare", "size_word", "regime", "spread_pct",
+__all__ = ["ClaimError", "claim", "across", "compare", "size_word", "regime", "spread_pct",
            "SMALL_COST", "NOISE_FLOOR_PCT", "HOST_DOMINATED_SHARE", "MODEL_SIZE_INVARIANT_PCT",
            "CLOSE_ERRORS_PCT"]
 
@@ -55,6 +55,21 @@ def claim(condition, sentence: str, detail: str = "") -> str:
         raise ClaimError(f"the data contradicts the sentence {sentence!r}"
                          + (f": {detail}" if detail else ""))
     return sentence
+
+
+def across(holds: dict[str, bool]) -> str:
+    """Where a claim holds, over every SKU it was evaluated on: "on every SKU", "on no SKU",
+    or "on k of n SKUs (not on A, B)" — the exceptions named, so one SKU that contradicts a
+    general claim changes the sentence instead of hiding behind the others."""
+    if not holds:
+        raise ValueError("a claim over SKUs needs at least one SKU")
+    yes = [s for s, ok in holds.items() if ok]
+    no = [s for s, ok in holds.items() if not ok]
+    if not no:
+        return "on every SKU" if len(holds) > 1 else f"on {yes[0]}"
+    if not yes:
+        return "on no SKU" if len(holds) > 1 else f"not on {no[0]}"
+    return f"on {len(yes)} of {len(holds)} SKUs (not on {', '.join(no)})"
 
 
 def spread_pct(low: float, high: float, centre: float) -> float:

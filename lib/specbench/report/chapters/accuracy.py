@@ -17,6 +17,8 @@ from specbench.report.chapters.base import (
     latest_floor,
     pct,
     range_phrase,
+    roofline_both_directions,
+    roofline_worse_than_zero,
     run_ids,
     step_counts,
     sweep_run,
@@ -108,6 +110,15 @@ def _quoted_grid(root) -> Numbers:
           b4_cost_word=wording.size_word(float(r4["measured_cost"].min() - 1)),
           b4_roofline_direction=direction_phrase(r4),
           b1_d_word=wording.size_word(float(curves.roofline_d(spec[spec["batch"] == 1]).max())))
+    worse, both = roofline_worse_than_zero(cells), roofline_both_directions(cells)
+    n.add(b4_roofline_worse_where=wording.across(worse),
+          b4_roofline_worse_sentence=(
+              f"{wording.across(worse)[0].upper()}{wording.across(worse)[1:]}, the frozen "
+              "roofline predicts the batch-4 verify cost worse than ignoring it (d = 0)"
+              if any(worse.values()) else
+              "On every SKU the frozen roofline predicts the batch-4 verify cost better than "
+              "ignoring it (d = 0)"),
+          b4_both_directions_where=wording.across(both) if any(both.values()) else "on no SKU")
     # The ablation: eq. 1 with d = 0.
     abl = curves.mape_by(curves.error_ablation(first), by=["batch"]).set_index("batch")
     for b, row in abl.iterrows():

@@ -205,3 +205,46 @@ def direction_phrase(cost: pd.DataFrame) -> str:
     return "by over-charging at every γ" if over else "by under-charging at every γ"
 
 
+# -- claims over every SKU ------------------------------------------------------------------
+
+#: Eq. 1 "fits" a batch-1 cell when it is within this many percent of the measurement.
+EQ1_FIT_PCT = 15.0
+
+
+def batch_ablation(cells: pd.DataFrame, batch: int) -> pd.DataFrame:
+    """Per SKU (label): MAPE of eq. 1 with the roofline's d, with d = 0 and of the
+    acceptance-blind model over the SKU's greedy speculative cells at this batch."""
+    abl = curves.error_ablation(cells)
+    abl = abl[abl["batch"] == batch]
+    return curves.mape_by(abl, by=["sku_label"]).set_index("sku_label")
+
+
+def batch4_against(cells: pd.DataFrame) -> dict[str, bool]:
+    """Per SKU: does batch 4 go against the thesis — eq. 1 no better than the acceptance-blind
+    model, or beaten by eq. 1 with the verify cost ignored (d = 0)?"""
+    m = batch_ablation(cells, 4)
+    return {s: bool(r["eq1_abs_pct"] >= r["blind_abs_pct"] or r["eq1_d0_abs_pct"] < r["eq1_abs_pct"])
+            for s, r in m.iterrows()}
+
+
+def roofline_worse_than_zero(cells: pd.DataFrame) -> dict[str, bool]:
+    """Per SKU: is the batch-4 verify cost predicted worse by the frozen roofline than by
+    ignoring it (eq. 1 with d = 0)?"""
+    m = batch_ablation(cells, 4)
+    return {s: bool(r["eq1_abs_pct"] > r["eq1_d0_abs_pct"]) for s, r in m.iterrows()}
+
+
+def roofline_both_directions(cells: pd.DataFrame) -> dict[str, bool]:
+    """Per SKU: on 'repeat' at batch 4 (every step drafts), does the roofline under-charge the
+    measured step at some γ and over-charge it at another?"""
+    cost = curves.cycle_costs(cells)
+    r4 = cost[(cost["workload"] == "repeat") & (cost["batch"] == 4)]
+    return {s: direction_phrase(g).startswith("in both directions")
+            for s, g in r4.groupby("sku_label", sort=False)}
+
+
+def eq1_fits_batch1(cells: pd.DataFrame) -> dict[str, bool]:
+    """Per SKU: is eq. 1 within :data:`EQ1_FIT_PCT` of every greedy speculative batch-1 cell?"""
+    abl = curves.error_ablation(cells)
+    b1 = abl[abl["batch"] == 1]
+    return {s: bool(g["eq1_abs_pct"].max() <= EQ1_FIT_PCT) for s, g in b1.groupby("sku_label", sort=False)}

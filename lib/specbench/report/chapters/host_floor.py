@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbench.measure import hostfloor
+from specbench.measure.hostfloor import decompose  # noqa: F401  (the chapter's table)
 from specbench.report import wording
 from specbench.report.chapters.base import (
     Numbers,
@@ -13,7 +14,6 @@ from specbench.report.chapters.base import (
     run_ids,
 )
 from specbench.report.wording import claim
-from specbench.measure.hostfloor import decompose  # noqa: F401  (the chapter's table)
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 
 __all__ = ["numbers"]

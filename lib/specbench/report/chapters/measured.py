@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from specbench.measure.overhead import overhead_summary  # noqa: F401  (the chapter's table)
 from specbench.report import analysis, transfer
 from specbench.report.chapters.base import (
     Numbers,
@@ -13,7 +14,6 @@ from specbench.report.chapters.base import (
     regime_table,
     run_ids,
 )
-from specbench.measure.overhead import overhead_summary  # noqa: F401  (the chapter's table)
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 
 __all__ = ["numbers", "published_table"]

@@ -21,8 +21,8 @@ from specbench.report.plan import (
     rep_intervals,
     speedup_interval,
 )
-from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
 from specbench.store.runs import DEFAULT_ROOT, load_runs
+from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
 
 __all__ = ["recommendation_summary", "numbers"]
 

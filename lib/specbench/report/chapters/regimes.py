@@ -1,8 +1,11 @@
 """The regimes chapter's numbers: which regime each cell is in and how close eq. 1 comes."""
 from __future__ import annotations
 
+from specbench.report import curves, wording
 from specbench.report.chapters.base import (
+    EQ1_FIT_PCT,
     Numbers,
+    eq1_fits_batch1,
     first_sku,
     greedy_cells,
     pct,
@@ -48,6 +51,13 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     n.add(open_b1_drafting_steps=int(row["drafting_steps"] // first["n_reps"].iloc[0]),
           open_b1_steps=int(row["decode_steps"] // first["n_reps"].iloc[0]),
           open_b1_one_row_pct=pct(1 - c1["drafting_share"].max()))
+    # Batch 1 over every SKU: does eq. 1 fit every cell, and where is the worst one?
+    fits = eq1_fits_batch1(cells)
+    abl = curves.error_ablation(cells)
+    worst = abl[abl["batch"] == 1].sort_values("eq1_abs_pct").iloc[-1]
+    n.add(eq1_fit_pct=EQ1_FIT_PCT, b1_fit_where=wording.across(fits),
+          b1_worst_err_pct=float(worst["eq1_abs_pct"]), b1_worst_sku=worst["sku_label"],
+          b1_worst_cell=f"'{worst['workload']}' at γ={int(worst['gamma'])}")
     spec = cells[cells["gamma"] > 0]
     n.add(emitted_bound=claim((spec["emitted_per_step"] <= spec["gamma"] + 1 + 1e-9).all(),
                               "a step emits at most γ+1 tokens",

@@ -94,7 +94,9 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
                               else " (it falls with load)"))
     n["client_cores_max"] = float(levels["cpu_client_cores"].max())
     n["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
-    from specbench.store.load import MAX_FOREIGN_CORES   # the sweep's threshold for a loaded cell
+    from specbench.store.load import (
+        MAX_FOREIGN_CORES,  # the sweep's threshold for a loaded cell
+    )
     n["foreign_threshold"] = MAX_FOREIGN_CORES
     n["loaded_levels"] = int((levels["cpu_foreign_cores"] > MAX_FOREIGN_CORES).sum())
     cmp = sweep_comparison(levels, speed, sweep_cells)

@@ -1,7 +1,6 @@
 """The story chapter's numbers: the study in one page, with its thesis sentence."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from specbench.report import curves, wording
@@ -9,6 +8,7 @@ from specbench.report.chapters import host_floor
 from specbench.report.chapters.base import (
     Numbers,
     against_base,
+    batch4_against,
     count_phrase,
     direction_phrase,
     error_word,
@@ -99,10 +99,16 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
           b4_roofline_cost_hi=float(rep4["roofline_cost"].max()),
           b4_cost_word=wording.size_word(float(rep4["measured_cost"].min() - 1)),
           b4_roofline_direction=direction_phrase(rep4))
-    # Headings say which way the result goes, from the same numbers.
-    b4_against = (n.values.get("b4_mape_eq1", 0) >= n.values.get("b4_mape_blind", np.inf)
-                  or n.values.get("b4_mape_d0", np.inf) < n.values.get("b4_mape_eq1", 0))
-    n.add(b4_heading="Against the thesis: batch 4." if b4_against else "For the thesis: batch 4.")
+    # Headings say which way the result goes, judged on every SKU (the exceptions named).
+    against = batch4_against(cells)
+    where = wording.across(against)
+    if all(against.values()):
+        heading = f"Against the thesis: batch 4, {where}."
+    elif any(against.values()):
+        heading = (f"Against the thesis: batch 4, {where}.")
+    else:
+        heading = "For the thesis: batch 4, " + wording.across({k: True for k in against}) + "."
+    n.add(b4_heading=heading)
     floor = host_floor.numbers(root)
     if "host_ratio" in floor.values:
         n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
