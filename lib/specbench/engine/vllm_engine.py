@@ -175,6 +175,7 @@ class Engine:
         started = time.perf_counter()
         self.llm = LLM(**settings.llm_kwargs())
         self.startup_s = time.perf_counter() - started
+        self._requests = 0   # ids of the requests this adapter adds (specbench-N)
         self.tokenizer = self.llm.get_tokenizer()
         self.prompt_notes: list[str] = []
 
@@ -252,18 +253,29 @@ class Engine:
             step_times=[s - start for s in times], step_counts=counts)
 
     def _run(self, inputs, params):
-        """``LLM.generate``'s own loop (enqueue, then step until done), with a timestamp and
-        every request's cumulative token count after each engine step."""
-        ids = self.llm.enqueue(inputs, params, use_tqdm=False)
+        """``LLM.generate``'s own loop (add the requests, then step until none is left), with a
+        timestamp and every request's cumulative token count after each engine step. LLM.generate
+        asks for final outputs only; here every step reports (cumulative outputs), which is what
+        gives each request's token timeline."""
+        from vllm.sampling_params import RequestOutputKind
         engine = self.llm.llm_engine
+        ids = []
+        for prompt, p in zip(inputs, params):
+            p.output_kind = RequestOutputKind.CUMULATIVE
+            self._requests += 1
+            ids.append(f"specbench-{self._requests}")
+            engine.add_request(ids[-1], prompt, p)
         current, finished, times, counts = dict.fromkeys(ids, 0), {}, [], []
         while engine.has_unfinished_requests():
             outputs = engine.step()
             now = time.perf_counter()
             for out in outputs:
-                current[out.request_id] = len(out.outputs[0].token_ids)
+                # vLLM may append a suffix to the id it was given; the request's own id leads.
+                rid = out.request_id if out.request_id in current else \
+                    out.request_id.rsplit("-", 1)[0]
+                current[rid] = len(out.outputs[0].token_ids)
                 if out.finished:
-                    finished[out.request_id] = out
+                    finished[rid] = out
             times.append(now)
             counts.append([current[i] for i in ids])
         return [finished[i] for i in ids], times, counts
