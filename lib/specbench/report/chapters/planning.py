@@ -9,6 +9,9 @@ import pandas as pd
 
 from specbench.report.chapters.base import Numbers
 from specbench.report.plan import (
+    regret_summary,
+    regret_table,
+    input_table,
     NEAR_BEST_PCT,
     break_even_table,
     hypothetical_draft_kv,
@@ -21,6 +24,7 @@ from specbench.report.plan import (
     rep_intervals,
     speedup_interval,
 )
+from specbench.report.transfer import leave_one_sku_out
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
 
@@ -292,8 +296,44 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     numbers.update(_recommendation_phrases(recs, plans))
     numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
     numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
-    tables = {"plans": plans.drop(columns=["sources"]),
+    numbers.update(_regret_numbers(headline))
+    regrets = regret_table(leave_one_sku_out(headline))
+    tables = {"plans": plans.drop(columns=["sources"]), "inputs": input_table(plans),
+              "regret": regrets, "regret_summary": regret_summary(regrets) if len(regrets)
+              else pd.DataFrame(),
               "recommendations": recommendation_summary(plans),
               "break_even": be, "negative": neg, "priced": price,
               "decisions": decisions, "kv": kv, "paid_at_zero": paid_at_zero}
     return Numbers(values=numbers, runs=[r.run_id for r in runs], tables=tables)
+
+
+def _regret_numbers(cells: pd.DataFrame) -> dict:
+    """The planner's regret on held-out SKUs against its rivals, and where it was wrong."""
+    loso = leave_one_sku_out(cells[cells["temperature"] == 0])
+    if loso.empty:
+        return {"regret_groups": 0, "regret_planner_median": float("nan"),
+                "regret_planner_worst": float("nan"), "regret_best_rival": "—",
+                "regret_best_rival_median": float("nan"), "regret_wrong": "none",
+                "regret_goal": "not judged (one SKU: nothing to hold out)"}
+    r = regret_table(loso)
+    s = regret_summary(r).set_index("rule")
+    rivals = s.drop(index="planner")
+    best_rival = rivals["median regret %"].idxmin()
+    wrong = r[r["planner: regret %"] > 0].sort_values("planner: regret %", ascending=False)
+    median = float(s.loc["planner", "median regret %"])
+    beats = bool((median < rivals["median regret %"]).all())
+    return {"regret_groups": int(len(r)), "regret_planner_median": median,
+            "regret_planner_worst": float(s.loc["planner", "worst regret %"]),
+            "regret_best_rival": best_rival,
+            "regret_best_rival_median": float(rivals.loc[best_rival, "median regret %"]),
+            "regret_wrong": ", ".join(
+                f"'{row['workload']}' batch {row['batch']} on {row['sku']} (chose "
+                f"γ={int(row['planner: γ'])}, best γ={int(row['best γ'])}, "
+                f"+{row['planner: regret %']:.1f} %)"
+                for _, row in wrong.head(5).iterrows()) or "none",
+            "regret_wrong_n": int(len(wrong)),
+            "regret_goal": ("met" if median <= REGRET_GOAL_PCT and beats else "missed")}
+
+
+#: The planner's goal on held-out SKUs: median regret at most this, and below every rival's.
+REGRET_GOAL_PCT = 2.0

@@ -21,6 +21,7 @@ cells where speculation did not pay (:func:`negative_cells`), and the planning c
 numbers (:mod:`specbench.report.chapters.planning`).
 """
 from specbench.report.plan.acceptance import *  # noqa: F401,F403
+from specbench.report.plan.regret import *  # noqa: F401,F403
 from specbench.report.plan.from_runs import *  # noqa: F401,F403
 from specbench.report.plan.gamma import *  # noqa: F401,F403
 from specbench.report.plan.negative import *  # noqa: F401,F403

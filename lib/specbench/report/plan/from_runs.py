@@ -12,7 +12,7 @@ from specbench.report.plan.gamma import (
 )
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["PlanInputError", "ok_cells", "plan_from_runs", "format_plan", "latest_sweeps"]
+__all__ = ["PlanInputError", "ok_cells", "plan_from_runs", "format_plan", "latest_sweeps", "input_table"]
 
 
 
@@ -166,3 +166,24 @@ def latest_sweeps(root) -> list[Run]:
     return list(latest.values())
 
 
+_INPUTS = (("t_base", "t_base, the γ=0 step", "measurement"),
+           ("alpha", "α, accepted / drafted", "measurement"),
+           ("divisor", "tokens per step", "measurement"),
+           ("d", "d(γ), verify overhead", "model"),
+           ("h", "h, per-cycle host term", "model"))
+
+
+def input_table(plans: pd.DataFrame) -> pd.DataFrame:
+    """Where the planner's inputs came from, read back from the plans it made (the ``sources``
+    each plan records): one row per input, every distinct source with the number of
+    SKU × batch × workload plans that used it."""
+    import re
+    recs = plans.drop_duplicates(["sku", "workload", "batch"])
+    rows = []
+    for key, name, kind in _INPUTS:
+        used = [re.sub(r"\s*\(h/t_base = [^)]*\)", "", s.get(key, "—")) for s in recs["sources"]]
+        counts = pd.Series(used).value_counts()
+        rows.append({"input": name, "kind": kind,
+                     "source": "; ".join(f"{src} ({n} of {len(used)} plans)"
+                                          for src, n in counts.items())})
+    return pd.DataFrame(rows)

