@@ -65,7 +65,7 @@ def identifying(cells: pd.DataFrame) -> pd.DataFrame:
     repetitions disagree; :mod:`specbench.measure.sweep_tables`)."""
     c = cells[(cells["gamma"] > 0) & (cells["drafting_share"] >= MIN_IDENTIFYING_SHARE)]
     if "unstable" in c:
-        c = c[~c["unstable"].fillna(False).astype(bool)]
+        c = c[~c["unstable"].eq(True)]
     return c
 
 

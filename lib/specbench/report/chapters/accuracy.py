@@ -224,7 +224,7 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
                      else "missed"))
     # Batch-N cells whose runs predate decode windows carry other requests' prefill.
     b4 = c[c["batch"] > 1]
-    removed = b4["overlap_removed"].fillna(False).astype(bool) if "overlap_removed" in b4 \
+    removed = b4["overlap_removed"].eq(True) if "overlap_removed" in b4 \
         else pd.Series(False, index=b4.index)
     add(b4_windowed_cells=int(removed.sum()), b4_overlap_cells=int((~removed).sum()),
         b4_windowed_mape=float(b4[removed][f"err_{HEADLINE}_pct"].abs().mean())
@@ -235,14 +235,14 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     add(worst_cells="; ".join(f"{r.sku_label}, '{r.workload}' γ={int(r.gamma)} batch "
                               f"{int(r.batch)}: {getattr(r, f'err_{HEADLINE}_pct'):+.0f} %"
                               for r in worst.itertuples()))
-    loaded = c["loaded"].fillna(False).astype(bool) if "loaded" in c else \
+    loaded = c["loaded"].eq(True) if "loaded" in c else \
         pd.Series(False, index=c.index)
     add(loaded_cells=int(loaded.sum()),
         loaded_mape=float(c[loaded][f"err_{HEADLINE}_pct"].abs().mean()) if loaded.any()
         else float("nan"),
         quiet_mape=float(c[~loaded][f"err_{HEADLINE}_pct"].abs().mean()) if (~loaded).any()
         else float("nan"))
-    unstable = c["unstable"].fillna(False).astype(bool) if "unstable" in c else \
+    unstable = c["unstable"].eq(True) if "unstable" in c else \
         pd.Series(False, index=c.index)
     add(unstable_cells=int(unstable.sum()))
     sens = host_ratio_sensitivity(cells)
