@@ -143,3 +143,22 @@ def test_decode_steps_handles_the_cut_off(decoded, drafts, accepted, gamma, engi
 def test_cell_keys_name_temperature_and_sources():
     assert sweep.cell_key(4, "specbench:qa", 1) == "g4-specbench-qa-b1"
     assert sweep.cell_key(4, "repeat", 1, 0.5) == "g4-repeat-b1-t0.5"
+
+
+def test_the_transformers_engine_runs_batch_one_only(model_dir):
+    cfg = sweep.SweepConfig(model=str(model_dir), engine="transformers", batches=(1, 4))
+    with pytest.raises(ValueError, match="batch 1 only"):
+        cfg.validate()
+    with pytest.raises(ValueError, match="engine must be one of"):
+        sweep.SweepConfig(model=str(model_dir), engine="llama.cpp").validate()
+    with pytest.raises(ValueError, match="vLLM settings"):
+        sweep.SweepConfig(model=str(model_dir), engine="transformers", batches=(1,),
+                          engine_patch="cpu-expand-fix").validate()
+
+
+def test_a_transformers_sweep_resumes_as_one(model_dir):
+    manifest = {"grid": {"gammas": [0, 2], "batches": [1], "workloads": ["repeat"],
+                         "max_tokens": 8, "warmup": 0, "reps": 1},
+                "dtype": "bfloat16", "load": {"max_load": 2.0}, "model": {"path": str(model_dir)},
+                "engine": {"name": "transformers", "settings": {}}}
+    assert sweep.SweepConfig.from_manifest(manifest).engine == "transformers"

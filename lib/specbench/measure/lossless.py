@@ -114,7 +114,7 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
         from specbench.engine.assets import embedded_model_dir
         model = str(embedded_model_dir())
     manifest = {**contract("lossless", model, cfg.dtype, engine_patch=cfg.engine_patch,
-                           enable_prefix_caching=True),
+                           enable_prefix_caching=True, max_num_seqs=cfg.samples),
                 "grid": {"gamma": cfg.gamma, "workload": cfg.workload,
                          "temperatures": list(cfg.temperatures), "samples": cfg.samples,
                          "tokens": cfg.tokens},
@@ -128,10 +128,12 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
     bar = tqdm(total=2 * len(cfg.temperatures), desc="lossless", disable=not progress)
     # The samples share one prompt: prefix caching prefills it once per arm (nothing here is
     # timed, and the cache changes no token's distribution).
+    # All samples of a temperature run as one batch.
     with Engine(EngineSettings(model=model, gamma=0, dtype=cfg.dtype, enable_prefix_caching=True,
+                               max_num_seqs=cfg.samples,
                                engine_patch=cfg.engine_patch)) as plain, \
             Engine(EngineSettings(model=model, gamma=cfg.gamma, dtype=cfg.dtype,
-                                  enable_prefix_caching=True,
+                                  enable_prefix_caching=True, max_num_seqs=cfg.samples,
                                   engine_patch=cfg.engine_patch)) as spec:
         prompt = spec.encode_chat(workloads.messages(cfg.workload, 0))
         for t in cfg.temperatures:
