@@ -44,7 +44,7 @@ def test_blind_model_fails_on_open_more_than_eq1(cells):
 
 
 def test_every_chart_builds_to_a_vega_lite_spec(cells):
-    for build in (charts.fig1_speedup, charts.fig2_latency, charts.fig3_shortfall,
+    for build in (charts.fig1_headline, charts.fig1_speedup, charts.fig2_latency, charts.fig3_shortfall,
                   charts.fig5_timing_alpha, charts.fig6_parity):
         spec = build(cells).to_dict()
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")

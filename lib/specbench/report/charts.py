@@ -27,7 +27,7 @@ __all__ = ["use_offline_renderer", "fig1_headline", "fig1_speedup", "fig2_latenc
            "fig_serving_percentiles", "fig_serving_goodput", "fig_serving_speedup"]
 
 WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
-WIDTH = 260
+WIDTH = 190   # two facets and a legend on the right fit the 752-px text column
 
 
 def _render(spec: dict, png: bool = True) -> dict:
@@ -89,10 +89,10 @@ def fig1_headline(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("tokens_per_step", format=".2f"),
                  alt.Tooltip("alpha", title="counter α", format=".2f"),
                  alt.Tooltip("speedup", format=".2f")])
-    return alt.layer(ideal, one, points, data=data).properties(width=300, height=240).facet(
+    return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=240).facet(
         column=alt.Column("batch:N", title="batch")).properties(
         title="Speedup follows the tokens a step emits").configure_legend(
-        orient="bottom", columns=2, labelLimit=0)
+        orient="right", labelLimit=0)
 
 
 def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
@@ -113,7 +113,7 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", title="counter α", format=".2f")])
     return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(orient="bottom")
+        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(orient="right", labelLimit=0)
 
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
@@ -127,7 +127,7 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
         x=alt.X("gamma:Q", title="γ"), y=alt.Y("pot_ms:Q", title="per-output-token latency (ms)"),
         color=alt.Color("workload:N", scale=WORKLOAD_COLORS))
     line = base.transform_filter(alt.datum.kind == "eq. 1").mark_line().encode(
-        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="SKU"))
+        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", legend=None))
     pts = base.transform_filter(alt.datum.kind == "measured").mark_point(
         size=80, filled=True).encode(
         shape=_shape(cells),
@@ -137,7 +137,7 @@ def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
     return alt.layer(line, pts, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
         title="One equation, both regimes: points measured, curves eq. 1 with counter α"
-    ).configure_legend(orient="bottom")
+    ).configure_legend(orient="right", labelLimit=0)
 
 
 def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
@@ -152,7 +152,7 @@ def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
         tooltip=["sku_label", "batch", "gamma", "part", alt.Tooltip("value", format=".3f")])
     return bars.properties(width=150, height=220).facet(
         column=alt.Column("batch:N", title="batch"), row=alt.Row("sku_label:N", title=None)
-    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(orient="bottom")
+    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(orient="right", labelLimit=0)
 
 
 def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
@@ -184,7 +184,7 @@ def fig5_timing_alpha(cells: pd.DataFrame) -> alt.Chart:
                  alt.Tooltip("value", format=".3f")]
     ).properties(width=WIDTH, height=220).facet(column=alt.Column("batch:N", title="batch")
     ).properties(title="Timing-derived α absorbs per-cycle overhead; the counter does not"
-    ).configure_legend(orient="bottom")
+    ).configure_legend(orient="right", labelLimit=0)
 
 
 def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
@@ -305,7 +305,14 @@ def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
 
 # -- serving under load (book/serving.md; data from specbench.measure.serving runs) -------------------
 
-GAMMA_COLORS = alt.Scale(domain=[0, 2, 4, 6], range=["#444444", "#1f77b4", "#ff7f0e", "#2ca02c"])
+_GAMMA_PALETTE = {0: "#444444", 2: "#1f77b4", 4: "#ff7f0e", 6: "#2ca02c"}
+GAMMA_COLORS = alt.Scale(domain=list(_GAMMA_PALETTE), range=list(_GAMMA_PALETTE.values()))
+
+
+def _gamma_colors(gammas) -> alt.Scale:
+    """γ colours for the levels measured only (a legend lists no γ that was never run)."""
+    gammas = sorted({int(g) for g in gammas})
+    return alt.Scale(domain=gammas, range=[_GAMMA_PALETTE.get(g, "#9467bd") for g in gammas])
 _CONCURRENCY = alt.X("concurrency:Q", title="concurrency (requests in flight)",
                      scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[1, 2, 4, 8, 16]))
 
@@ -320,15 +327,17 @@ def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> al
             rows.append(closed[["workload", "gamma", "concurrency"]].assign(
                 metric=metric.upper(), percentile=f"p{p}", ms=closed[f"p{p}_{metric}_ms"]))
     data = pd.concat(rows, ignore_index=True)
-    return alt.Chart(data).mark_line(point=True).encode(
+    # Lines only: the percentile legend then shows the dash patterns it encodes.
+    return alt.Chart(data).mark_line().encode(
         x=_CONCURRENCY, y=alt.Y("ms:Q", title="ms", scale=alt.Scale(type="log")),
-        color=alt.Color("gamma:O", title="γ", scale=GAMMA_COLORS),
+        color=alt.Color("gamma:O", title="γ", scale=_gamma_colors(data["gamma"])),
         strokeDash=alt.StrokeDash("percentile:N", title="percentile",
-                                  sort=["p50", "p95", "p99"]),
+                                  sort=["p50", "p95", "p99"],
+                                  legend=alt.Legend(symbolType="stroke")),
         detail="percentile:N",
         tooltip=["workload", "gamma", "concurrency", "metric", "percentile",
                  alt.Tooltip("ms", format=".1f")]
-    ).properties(width=150, height=150).facet(
+    ).properties(width=105, height=150).facet(
         column=alt.Column("workload:N", title=None), row=alt.Row("metric:N", title=None)
     ).resolve_scale(y="independent").properties(
         title="Latency percentiles under load (client-side, vLLM's benchmark client)")
@@ -345,13 +354,14 @@ def fig_serving_goodput(levels: pd.DataFrame) -> alt.FacetChart:
                             "cost_per_million_usd"]]
     return alt.Chart(data).mark_line(point=True).encode(
         x=_CONCURRENCY, y=alt.Y("tokens:Q", title="output tokens/s"),
-        color=alt.Color("gamma:O", title="γ", scale=GAMMA_COLORS),
-        strokeDash=alt.StrokeDash("kind:N", title="", sort=["SLO-qualified", "all requests"]),
+        color=alt.Color("gamma:O", title="γ", scale=_gamma_colors(levels["gamma"])),
+        strokeDash=alt.StrokeDash("kind:N", title="", sort=["SLO-qualified", "all requests"],
+                                  legend=alt.Legend(symbolType="stroke")),
         detail="kind:N",
         tooltip=["workload", "gamma", "concurrency", "kind", alt.Tooltip("tokens", format=".1f"),
                  alt.Tooltip("goodput", title="goodput (req/s)", format=".2f"),
                  alt.Tooltip("cost_per_million_usd", title="USD / M qualified", format=".2f")]
-    ).properties(width=150, height=170).facet(column=alt.Column("workload:N", title=None)
+    ).properties(width=105, height=170).facet(column=alt.Column("workload:N", title=None)
     ).properties(title="Goodput: output tokens/s of requests that met the SLO")
 
 
@@ -359,8 +369,8 @@ def fig_serving_speedup(speedup: pd.DataFrame) -> alt.FacetChart:
     """Speculation's speedup (median TPOT of γ=0 over γ) against concurrency, with its 95 %
     bootstrap interval, per workload; the line at 1 is break-even."""
     data = speedup[["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"]]
-    base = alt.Chart().encode(x=_CONCURRENCY, color=alt.Color("gamma:O", title="γ",
-                                                               scale=GAMMA_COLORS))
+    base = alt.Chart().encode(x=_CONCURRENCY, color=alt.Color(
+        "gamma:O", title="γ", scale=_gamma_colors(data["gamma"])))
     band = base.mark_errorbar(ticks=True).encode(
         y=alt.Y("speedup_lo:Q", title="speedup over γ=0 (median TPOT)",
                 scale=alt.Scale(type="log")), y2="speedup_hi:Q")
@@ -370,6 +380,6 @@ def fig_serving_speedup(speedup: pd.DataFrame) -> alt.FacetChart:
                                 alt.Tooltip("speedup_lo", format=".2f"),
                                 alt.Tooltip("speedup_hi", format=".2f")])
     one = alt.Chart().mark_rule(color="black", opacity=0.5).encode(y=alt.datum(1))
-    return alt.layer(band, line, one, data=data).properties(width=150, height=170).facet(
+    return alt.layer(band, line, one, data=data).properties(width=105, height=170).facet(
         column=alt.Column("workload:N", title=None)).properties(
         title="Does speculation still pay under load? (bars: 95 % bootstrap interval)")
