@@ -39,6 +39,10 @@ OVERFLOW_JS = """() => {
     if (what === "chart" && el.getBBox && el.getBBox().width > r.width + 2)
       problems.push(`chart ${i} draws ${Math.round(el.getBBox().width)} px into a ${Math.round(r.width)} px picture: its legend or labels are cut`);
     if (r.width === 0 || fits(r)) return;
+    if (what === "chart") {   // a figure fits by its own width; a scroll box does not count
+      problems.push(`chart ${i} is ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px column`);
+      return;
+    }
     const box = el.closest(".sb-scroll");
     const hint = box && box.querySelector(".sb-scroll-hint");
     const scrolls = box && ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
@@ -46,6 +50,21 @@ OVERFLOW_JS = """() => {
       problems.push(`${what} ${i} is ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px column, with no scroll box`);
     else if (!hint || hint.offsetParent === null)
       problems.push(`${what} ${i} scrolls sideways without a visible hint`);
+  });
+  // Tables read as a paper's: no index column, no raw snake_case header, no NaN/inf/None
+  // or ';'-joined list in a cell (say "—" and why).
+  column.querySelectorAll("table").forEach((table, i) => {
+    if (table.querySelector("tbody th"))
+      problems.push(`table ${i} has an index column`);
+    table.querySelectorAll("thead th").forEach(th => {
+      const h = th.textContent.trim();
+      if (/^[a-z0-9]+(_[a-z0-9]+)+$/.test(h)) problems.push(`table ${i} has a raw header '${h}'`);
+    });
+    table.querySelectorAll("tbody td").forEach(td => {
+      const v = td.textContent.trim();
+      if (/^(nan|NaN|-?inf|None|<NA>)$/.test(v) || /^-?[0-9.]+(;-?[0-9.]+)+$/.test(v))
+        problems.push(`table ${i} shows '${v}' in a cell`);
+    });
   });
   return problems;
 }"""
