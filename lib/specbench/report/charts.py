@@ -327,6 +327,7 @@ def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> al
             rows.append(closed[["workload", "gamma", "concurrency"]].assign(
                 metric=metric.upper(), percentile=f"p{p}", ms=closed[f"p{p}_{metric}_ms"]))
     data = pd.concat(rows, ignore_index=True)
+    data["panel"] = data["workload"] + " · " + data["metric"]
     # Lines only: the percentile legend then shows the dash patterns it encodes.
     return alt.Chart(data).mark_line().encode(
         x=_CONCURRENCY, y=alt.Y("ms:Q", title="ms", scale=alt.Scale(type="log")),
@@ -337,8 +338,8 @@ def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> al
         detail="percentile:N",
         tooltip=["workload", "gamma", "concurrency", "metric", "percentile",
                  alt.Tooltip("ms", format=".1f")]
-    ).properties(width=105, height=150).facet(
-        column=alt.Column("workload:N", title=None), row=alt.Row("metric:N", title=None)
+    ).properties(width=130, height=130).facet(
+        facet=alt.Facet("panel:N", title=None), columns=3
     ).resolve_scale(y="independent").properties(
         title="Latency percentiles under load (client-side, vLLM's benchmark client)")
 
@@ -361,7 +362,8 @@ def fig_serving_goodput(levels: pd.DataFrame) -> alt.FacetChart:
         tooltip=["workload", "gamma", "concurrency", "kind", alt.Tooltip("tokens", format=".1f"),
                  alt.Tooltip("goodput", title="goodput (req/s)", format=".2f"),
                  alt.Tooltip("cost_per_million_usd", title="USD / M qualified", format=".2f")]
-    ).properties(width=105, height=170).facet(column=alt.Column("workload:N", title=None)
+    ).properties(width=150, height=150).facet(facet=alt.Facet("workload:N", title=None),
+                                              columns=3
     ).properties(title="Goodput: output tokens/s of requests that met the SLO")
 
 
@@ -380,6 +382,6 @@ def fig_serving_speedup(speedup: pd.DataFrame) -> alt.FacetChart:
                                 alt.Tooltip("speedup_lo", format=".2f"),
                                 alt.Tooltip("speedup_hi", format=".2f")])
     one = alt.Chart().mark_rule(color="black", opacity=0.5).encode(y=alt.datum(1))
-    return alt.layer(band, line, one, data=data).properties(width=105, height=170).facet(
-        column=alt.Column("workload:N", title=None)).properties(
+    return alt.layer(band, line, one, data=data).properties(width=150, height=150).facet(
+        facet=alt.Facet("workload:N", title=None), columns=3).properties(
         title="Does speculation still pay under load? (bars: 95 % bootstrap interval)")

@@ -61,3 +61,84 @@ def sweep_comparison(levels: pd.DataFrame, speed: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
+
+
+# -- the chapter's tables, as a reader reads them ---------------------------------------------
+
+def _flat(table: pd.DataFrame) -> pd.DataFrame:
+    """A pivot's index as ordinary columns (a table without an index column)."""
+    return table.reset_index().rename(columns={"workload": "workload",
+                                               "concurrency": "concurrency"})
+
+
+def readable_itl_goodput(levels: pd.DataFrame) -> pd.DataFrame:
+    return _flat(itl_goodput_table(levels))
+
+
+def cost_table(levels: pd.DataFrame) -> pd.DataFrame:
+    """USD per million SLO-qualified tokens per workload, concurrency and γ ("—": no request
+    met the SLO, so there is no qualified token to price)."""
+    table = levels[levels["mode"] == "concurrency"].pivot_table(
+        index=["workload", "concurrency"], columns="gamma", values="cost_per_million_usd")
+    table.columns = [f"USD per M qualified, γ={g}" for g in table.columns]
+    return _flat(table)
+
+
+def _bound(value: float, low: bool) -> str:
+    if value == -np.inf:
+        return "below the lowest level"
+    if value == np.inf:
+        return "beyond the highest level"
+    return f"{value:.1f}" if not pd.isna(value) else "—"
+
+
+def crossover_table(crossover: pd.DataFrame) -> pd.DataFrame:
+    """Where speculation stops paying, with its interval in words where it is open-ended."""
+    c = crossover
+    return pd.DataFrame({
+        "workload": c["workload"], "γ": c["gamma"].astype(int),
+        "crossover (concurrency)": [_bound(v, True) for v in c["crossover"]],
+        "95 % interval, low": [_bound(v, True) for v in c["crossover_lo"]],
+        "95 % interval, high": [_bound(v, False) for v in c["crossover_hi"]],
+        "resamples with a crossover": c["share_with_crossover"].astype(float),
+        "verdict": c["verdict"]})
+
+
+def readable_sweep_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    if table.empty:
+        return table
+    return table.rename(columns={
+        "gamma": "γ", "mean_running_batch": "mean running batch",
+        "serving_speedup": "serving speedup (×)",
+        "sweep_speedup_at_batch": "sweep speedup at that batch (×)",
+        "sweep_batches": "sweep batches"}).assign(
+        **{"sweep batches": lambda t: t["sweep batches"].str.replace(",", " and ")})
+
+
+def cpu_table(levels: pd.DataFrame) -> pd.DataFrame:
+    """Cores each process used per closed-loop level (mean over the level)."""
+    names = {"cpu_client_cores": "client", "cpu_api_server_cores": "API server",
+             "cpu_engine_core_cores": "engine core", "cpu_worker_cores": "worker"}
+    closed = levels[levels["mode"] == "concurrency"]
+    out = closed[["workload", "gamma", "concurrency", *names]].rename(
+        columns={"gamma": "γ", **{k: f"{v} (cores)" for k, v in names.items()}})
+    return out.sort_values(["workload", "concurrency", "γ"]).reset_index(drop=True)
+
+
+def acceptance_table(levels: pd.DataFrame) -> pd.DataFrame:
+    """The client's acceptance beside this project's counters, per speculative level; the
+    client's per-position rates as percentages, one column per position."""
+    spec = levels[levels["gamma"] > 0].copy()
+    out = pd.DataFrame({
+        "workload": spec["workload"], "γ": spec["gamma"].astype(int), "mode": spec["mode"],
+        "level": np.where(spec["mode"] == "concurrency", spec["concurrency"],
+                          spec["request_rate"]),
+        "client α": spec["client_acceptance_rate"], "counter α": spec["alpha"],
+        "client acceptance length": spec["client_acceptance_length"],
+        "counter acceptance length": spec["mean_acceptance_length"]})
+    per_pos = spec["client_per_position"].fillna("").astype(str).str.split(";")
+    width = max((len([p for p in v if p]) for v in per_pos), default=0)
+    for i in range(width):
+        out[f"client, position {i + 1} (%)"] = [
+            100 * float(v[i]) if i < len(v) and v[i] else np.nan for v in per_pos]
+    return out.reset_index(drop=True)

@@ -18,6 +18,7 @@ SCROLL_HINT = "wider than the page: scroll sideways →"
 class Table:
     def __init__(self, frame: pd.DataFrame, digits: dict, default_digits: int):
         self.frame = frame.reset_index(drop=True)
+        self.frame.columns = [str(c) for c in self.frame.columns]   # no named column index
         self.digits = digits
         self.default_digits = default_digits
 
