@@ -59,8 +59,10 @@ def test_exact_divisor_residual_and_transfer():
 
 def test_batch4_ablation_and_regime():
     s = story.numbers()
-    assert s["b4_mape_blind"] < s["b4_mape_eq1"]          # ≈64 % against ≈66 %
-    assert s["b4_mape_d0"] < s["b4_mape_blind"]
+    # Pooled over every SKU's batch-4 cells: ignoring d beats the roofline's d, and the
+    # heading says on how many SKUs batch 4 goes against the thesis.
+    assert s["b4_mape_d0"] < s["b4_mape_eq1"] < s["b4_mape_blind"]
+    assert s["b4_heading"].startswith("Against the thesis: batch 4, on")
     assert "compute-dominated" in s["regime_sentence"]
     h = host_floor.numbers()
     assert (h["small_layers"], h["large_layers"]) == (30, 24)
