@@ -31,11 +31,30 @@ def _sku_label(run: Run) -> str:
         label = hw["gpus"][0]["name"].replace("NVIDIA ", "")
     else:
         family = hw.get("cpu_family")
-        generation = {"25": "Zen 3/4", "26": "Zen 5"}.get(str(family), f"family {family}") \
-            if family is not None else "earlier machine"
+        generation = (_amd_generation(family, hw.get("cpu_model_number"))
+                      if family is not None else "earlier machine")
         label = f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+    if run.manifest.get("engine", {}).get("name") == "transformers":
+        label += " transformers"   # a SKU is hardware × engine
     # A SKU without a roofline says so wherever it appears (its roofline d(γ) is empty).
     return label + (" (no roofline)" if roofline_of(run).startswith("no roofline") else "")
+
+
+# AMD family 25 (19h) covers Zen 3 and Zen 4; the model number tells them apart (Zen 4: Genoa
+# 10h–1Fh, Raphael 60h–6Fh, Phoenix 70h–7Fh, Bergamo A0h–AFh). Family 26 (1Ah) is Zen 5.
+_ZEN4_MODELS = [range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)]
+
+
+def _amd_generation(family, model) -> str:
+    if str(family) == "26":
+        return "Zen 5"
+    if str(family) == "25":
+        try:
+            number = int(model)
+        except (TypeError, ValueError):
+            return "Zen 3/4"
+        return "Zen 4" if any(number in r for r in _ZEN4_MODELS) else "Zen 3"
+    return f"family {family}"
 
 
 def roofline_of(run: Run) -> str:
