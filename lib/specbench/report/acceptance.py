@@ -139,15 +139,16 @@ def spec_bench_reference_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def temperature_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """The sampled (temperature > 0) speculative cells beside their greedy twins: α and speedup.
-    Kept out of the model's evidence while the engine fails the lossless test."""
+    """The sampled (temperature > 0) speculative cells beside their greedy twins: α and speedup,
+    with the engine build that sampled them (as released: not evidence; patched: evidence)."""
     hot = cells[(cells["temperature"] > 0) & (cells["gamma"] > 0)]
     rows = []
     for _, r in hot.iterrows():
         twin = cells[(cells["sku"] == r["sku"]) & (cells["workload"] == r["workload"])
                      & (cells["batch"] == r["batch"]) & (cells["gamma"] == r["gamma"])
                      & (cells["temperature"] == 0)]
-        rows.append({"SKU": r["sku_label"], "workload": display_workload(r["workload"]),
+        rows.append({"SKU": r["sku_label"], "engine": r.get("engine_patch", "as released"),
+                     "workload": display_workload(r["workload"]),
                      "batch": r["batch"], "γ": r["gamma"], "temperature": r["temperature"],
                      "α": r["alpha"], "speedup ×": r["speedup"],
                      "greedy α": twin["alpha"].iloc[0] if len(twin) else np.nan,

