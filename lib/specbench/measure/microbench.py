@@ -196,4 +196,5 @@ def latest_verify(root) -> dict[str, pd.DataFrame]:
     """Per SKU, the verify-step table (batch, γ, delta_ms, …) of its latest microbenchmark run:
     the one place the model's d is read from the store."""
     from specbench.store.runs import load_runs
-    return {run.sku: run.table("verify.csv") for run in load_runs(root, kind="microbench")}
+    return {run.sku: run.table("verify.csv").assign(run_id=run.run_id)
+            for run in load_runs(root, kind="microbench")}

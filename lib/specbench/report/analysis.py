@@ -144,10 +144,13 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
 
 
 def _micro_d(cells: pd.DataFrame, root) -> pd.Series:
-    """d from the latest microbenchmark run of each SKU: extra kernel time over t_base."""
+    """d from the latest microbenchmark run of each SKU: extra kernel time over t_base (the
+    run's id goes into ``cells['d_micro_run']``, so the pages that use d can list it)."""
     from specbench.measure.microbench import latest_verify
     out = pd.Series(np.nan, index=cells.index)
+    cells["d_micro_run"] = None
     for sku, verify in latest_verify(root).items():
+        cells.loc[cells["sku"] == sku, "d_micro_run"] = verify["run_id"].iloc[0]
         delta = verify.set_index(["batch", "gamma"])["delta_ms"]
         mine = cells["sku"] == sku
         out[mine] = [delta.get((b, g), np.nan) / t for b, g, t in

@@ -203,7 +203,9 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     def add(runs=(), **values):   # keys prefixed: this chapter also glues numbers.accuracy()
         n.add(runs=runs, **{f"hm_{k}": v for k, v in values.items()})
     c = evidence(cells)
-    add(runs=list(dict.fromkeys(c["run_id"])), cells_evaluated=int(len(c)),
+    micro_runs = [r for r in dict.fromkeys(c.get("d_micro_run", pd.Series(dtype=object)))
+                  if isinstance(r, str)]
+    add(runs=list(dict.fromkeys(c["run_id"])) + micro_runs, cells_evaluated=int(len(c)),
           skus_evaluated=int(c["sku"].nunique()), goal_mape=GOAL_MAPE_PCT,
           goal_transfer=GOAL_TRANSFER_PCT,
           micro_cells=int((c["d_source"] == "microbenchmark").sum()))
