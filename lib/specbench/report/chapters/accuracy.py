@@ -252,6 +252,25 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     add(h_identified_groups=int((sens["cells"] > 0).sum()), h_groups=int(len(sens)),
         h_max_move=float(sens["max_move"].max()) if sens["max_move"].notna().any()
         else float("nan"), min_identifying_share=MIN_IDENTIFYING_SHARE)
+    # Both engines: is the same equation right on a system whose step costs are built otherwise?
+    hf = c["sku"].str.endswith("-hf")
+    if hf.any():
+        m_hf, lo_hf, hi_hf = bootstrap_mape(c[hf][f"err_{HEADLINE}_pct"])
+        m_v = float(c[~hf & (c["batch"] == 1)][f"err_{HEADLINE}_pct"].abs().mean())
+        e_hf = float(c[hf]["err_eq1_pct"].abs().mean())
+        add(hf_cells=int(hf.sum()), hf_mape=m_hf, hf_mape_lo=lo_hf, hf_mape_hi=hi_hf,
+            engines_sentence=(
+                f"On the transformers engine ({int(hf.sum())} batch-1 cells) the headline model "
+                f"errs by {m_hf:.1f} percent ({lo_hf:.1f}–{hi_hf:.1f}) and eq. 1 by {e_hf:.1f}, "
+                f"against {m_v:.1f} percent on vLLM's batch-1 cells: the same equation "
+                + ("describes both engines within the goal of "
+                   f"{GOAL_MAPE_PCT:g} percent" if max(m_hf, m_v) <= GOAL_MAPE_PCT else
+                   "describes both engines about equally well" if abs(m_hf - m_v) <=
+                   wording.CLOSE_ERRORS_PCT else
+                   f"fits {'vLLM' if m_v < m_hf else 'transformers'} clearly better")))
+    else:
+        add(hf_cells=0, engines_sentence="No run of the second engine (transformers' prompt "
+            "lookup, `make measure-transformers`) is in the store yet")
     sampled = sampled_evidence(cells)
     if len(sampled):
         mape, lo, hi = bootstrap_mape(sampled[f"err_{HEADLINE}_pct"])
