@@ -116,7 +116,7 @@ TOKENS = 24
 
 @pytest.fixture(scope="module")
 def repeat_prompt():
-    from specbench.measure.workloads import builtin as workloads
+    from specbench.measure import workloads
     request = next(iter(workloads.source("repeat").candidates()))
     return request
 

@@ -59,10 +59,13 @@ def test_exact_divisor_residual_and_transfer():
 
 def test_batch4_ablation_and_regime():
     s = story.numbers()
-    # Pooled over every SKU's batch-4 cells: ignoring d beats the roofline's d, and the
-    # heading says on how many SKUs batch 4 goes against the thesis.
-    assert s["b4_mape_d0"] < s["b4_mape_eq1"] < s["b4_mape_blind"]
-    assert s["b4_heading"].startswith("Against the thesis: batch 4, on")
+    # Pooled over every SKU's batch-4 cells eq. 1 beats the acceptance-blind model; the heading
+    # follows the per-SKU judgement (against the thesis where any SKU goes against it).
+    from specbench.report.chapters.base import batch4_against, greedy_cells
+    from specbench.store.runs import DEFAULT_ROOT
+    assert s["b4_mape_eq1"] < s["b4_mape_blind"]
+    against = batch4_against(greedy_cells(DEFAULT_ROOT))
+    assert s["b4_heading"].startswith("Against" if any(against.values()) else "For")
     assert "compute-dominated" in s["regime_sentence"]
     h = host_floor.numbers()
     assert (h["small_layers"], h["large_layers"]) == (30, 24)
