@@ -102,8 +102,9 @@ def patched_passes_lossless(root=DEFAULT_ROOT) -> bool | None:
     """Whether every run with an engine patch passes at every temperature > 0 (None: no
     patched run in the store)."""
     runs = lossless_runs(root)
-    patched = runs[(runs.get("engine_patch", pd.Series(dtype=str)) != "as released")
-                   & (runs.get("temperature", pd.Series(dtype=float)) > 0)] if len(runs) else runs
+    if runs.empty:
+        return None
+    patched = runs[(runs["engine_patch"] != "as released") & (runs["temperature"] > 0)]
     if patched.empty:
         return None
     return not bool(patched["rejects_lossless"].astype(bool).any())

@@ -67,8 +67,7 @@ def sweep_comparison(levels: pd.DataFrame, speed: pd.DataFrame,
 
 def _flat(table: pd.DataFrame) -> pd.DataFrame:
     """A pivot's index as ordinary columns (a table without an index column)."""
-    return table.reset_index().rename(columns={"workload": "workload",
-                                               "concurrency": "concurrency"})
+    return table.reset_index()
 
 
 def readable_itl_goodput(levels: pd.DataFrame) -> pd.DataFrame:

@@ -296,8 +296,10 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     numbers.update(_recommendation_phrases(recs, plans))
     numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
     numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
-    numbers.update(_regret_numbers(headline))
-    regrets = regret_table(leave_one_sku_out(headline))
+    # leave_one_sku_out keeps greedy cells only; computed once for the numbers and the table.
+    loso = leave_one_sku_out(headline)
+    regrets = regret_table(loso) if len(loso) else pd.DataFrame()
+    numbers.update(_regret_numbers(regrets))
     tables = {"plans": plans.drop(columns=["sources"]), "inputs": input_table(plans),
               "regret": regrets, "regret_summary": regret_summary(regrets) if len(regrets)
               else pd.DataFrame(),
@@ -307,15 +309,13 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     return Numbers(values=numbers, runs=[r.run_id for r in runs], tables=tables)
 
 
-def _regret_numbers(cells: pd.DataFrame) -> dict:
+def _regret_numbers(r: pd.DataFrame) -> dict:
     """The planner's regret on held-out SKUs against its rivals, and where it was wrong."""
-    loso = leave_one_sku_out(cells[cells["temperature"] == 0])
-    if loso.empty:
+    if r.empty:
         return {"regret_groups": 0, "regret_planner_median": float("nan"),
                 "regret_planner_worst": float("nan"), "regret_best_rival": "—",
                 "regret_best_rival_median": float("nan"), "regret_wrong": "none",
                 "regret_goal": "not judged (one SKU: nothing to hold out)"}
-    r = regret_table(loso)
     s = regret_summary(r).set_index("rule")
     rivals = s.drop(index="planner")
     best_rival = rivals["median regret %"].idxmin()

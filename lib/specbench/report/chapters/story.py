@@ -103,13 +103,8 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
           b4_roofline_direction=direction_phrase(rep4))
     # Headings say which way the result goes, judged on every SKU (the exceptions named).
     against = batch4_against(cells)
-    where = wording.across(against)
-    if all(against.values()):
-        heading = f"Against the thesis: batch 4, {where}."
-    elif any(against.values()):
-        heading = (f"Against the thesis: batch 4, {where}.")
-    else:
-        heading = "For the thesis: batch 4, " + wording.across({k: True for k in against}) + "."
+    heading = (f"Against the thesis: batch 4, {wording.across(against)}." if any(against.values())
+               else f"For the thesis: batch 4, {wording.across(dict.fromkeys(against, True))}.")
     n.add(b4_heading=heading)
     floor = host_floor.numbers(root)
     if "host_ratio" in floor.values:
