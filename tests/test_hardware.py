@@ -151,3 +151,14 @@ def test_unreadable_model_shape_is_recorded_not_raised(tmp_path):
     shape = contract.model_shape(str(tmp_path), "bfloat16")
     assert shape["status"] == "unknown" and "hidden_size" in shape["reason"]
     assert contract.model_shape("org/name", "bfloat16") is None        # hub id: no config
+
+
+def test_engine_cores_follow_the_thread_bind():
+    """A 2-thread SKU's kernel microbenchmark runs on the engine's two cores, not core 0 only."""
+    from specbench.engine.hardware import bound_cores, cpu_threads, engine_cores
+    two = {"vllm_cpu_omp_threads_bind": "0-1", "cpu_affinity": 2}
+    assert engine_cores(two) == [0, 1] and cpu_threads(two) == 2
+    assert bound_cores("0,2-3|4-5") == [0, 2, 3]
+    auto = {"vllm_cpu_omp_threads_bind": "auto", "vllm_cpu_num_of_reserved_cpu": "default",
+            "cpu_affinity": 2}
+    assert len(engine_cores(auto)) == cpu_threads(auto)

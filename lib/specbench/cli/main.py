@@ -2,7 +2,8 @@
 engine's kernels at the verify shapes, ``specbench lossless`` tests speculative sampling,
 ``specbench overhead`` benchmarks the harness, ``specbench serve-bench`` measures a real
 server under load, ``specbench runs`` lists what is stored,
-``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ.
+``specbench cluster`` runs a notebook's grid on Slurm, ``specbench plan`` recommends γ,
+``specbench predict`` seals a SKU's predictions before its sweep.
 ``specbench <command> --help`` for details."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 
 from specbench.cli import args as cliargs
 from specbench.cli import plan as plan_cli
+from specbench.cli import predict as predict_cli
 from specbench.store.runs import DEFAULT_ROOT
 
 # Every command writes to the store the book reads ($SPECBENCH_RUNS, else the checkout's
@@ -22,7 +24,8 @@ STORE = str(DEFAULT_ROOT)
 RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads", "--workload-file",
                     "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
                     "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
-                    "--cuda-graphs", "--async-scheduling", "--speculative-method"]
+                    "--cuda-graphs", "--async-scheduling", "--speculative-method",
+                    "--judged-against"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -90,6 +93,10 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
     _engine_patch_arg(p)
+    p.add_argument("--judged-against", metavar="PREDICTION_RUN", type=cliargs.existing_dir,
+                   help="a sealed prediction of this SKU (`specbench predict`), closed before "
+                        "this sweep starts; the manifest records its id and table hash and the "
+                        "accuracy chapter sets the two side by side")
 
 
 def _engine_patch_arg(p: argparse.ArgumentParser) -> None:
@@ -114,7 +121,9 @@ def config_from_args(args):
                        enforce_eager=not args.cuda_graphs,
                        async_scheduling=args.async_scheduling,
                        speculative_method=args.speculative_method,
-                       engine_patch=args.engine_patch, engine=args.engine)
+                       engine_patch=args.engine_patch, engine=args.engine,
+                       judged_against=(str(args.judged_against) if args.judged_against
+                                       else None))
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -192,8 +201,9 @@ def main(argv=None) -> int:
     micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
                            "(the verify cost d of the headline model)",
                            description="Microbenchmark the linear layers vLLM's CPU backend "
-                           "dispatches (and attention) at N and N(γ+1) rows, one thread pinned "
-                           "to core 0; writes a 'microbench' run.")
+                           "dispatches (and attention) at N and N(γ+1) rows, with the engine's "
+                           "threads on its cores (VLLM_CPU_OMP_THREADS_BIND; default one thread "
+                           "on core 0); writes a 'microbench' run.")
     micro.add_argument("--model", type=cliargs.model_ref)
     micro.add_argument("--dtype", type=cliargs.dtype, default="bfloat16")
     micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
@@ -223,6 +233,8 @@ def main(argv=None) -> int:
     _engine_patch_arg(loss)
     plan = sub.add_parser("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION)
     plan_cli.add_arguments(plan)
+    pred = sub.add_parser("predict", help=predict_cli.HELP, description=predict_cli.DESCRIPTION)
+    predict_cli.add_arguments(pred)
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
                            "benchmark client (a 'serving' run)",
                            description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
@@ -258,6 +270,8 @@ def main(argv=None) -> int:
         _measure(parser, cfg, run_lossless)
     elif args.command == "plan":
         return plan_cli.run(args, plan)
+    elif args.command == "predict":
+        return predict_cli.run(args, pred)
     elif args.command == "cluster":
         from specbench.cli.cluster import main as cluster_main
         return cluster_main(args, clu)

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-__all__ = ["on_gpu", "gpu_list", "hardware_info", "sku_id", "cpu_model", "cpu_threads",
+__all__ = ["on_gpu", "gpu_list", "hardware_info", "sku_id", "cpu_model", "cpu_threads", "engine_cores",
            "roofline_sku", "model_shape", "DTYPE_BYTES"]
 
 NVIDIA_SMI_TIMEOUT_S = 20
@@ -195,11 +195,26 @@ def cpu_threads(hardware: dict) -> int:
         reserved = hardware.get("vllm_cpu_num_of_reserved_cpu", "default")
         reserved = 1 if reserved == "default" else int(reserved)
         return max(1, hardware["cpu_affinity"] - reserved)
-    count = 0
+    return len(bound_cores(bind))
+
+
+def bound_cores(bind: str) -> list[int]:
+    """The cores a VLLM_CPU_OMP_THREADS_BIND list names ('0-1', '0,2', first rank only)."""
+    cores = []
     for part in bind.split("|")[0].split(","):
         low, _, high = part.partition("-")
-        count += int(high or low) - int(low) + 1
-    return count
+        cores += range(int(low), int(high or low) + 1)
+    return cores
+
+
+def engine_cores(hardware: dict) -> list[int]:
+    """The cores the engine's OpenMP threads run on: the bind list when one is given, else
+    the first :func:`cpu_threads` cores (vLLM's 'auto' binds from core 0 up). A kernel
+    microbenchmark of the same SKU runs on the same cores."""
+    bind = hardware.get("vllm_cpu_omp_threads_bind", "auto")
+    if bind in ("auto", "all", "nobind"):
+        return sorted(os.sched_getaffinity(0))[:cpu_threads(hardware)]
+    return bound_cores(bind)
 
 
 def model_shape(model: str, dtype: str) -> dict | None:

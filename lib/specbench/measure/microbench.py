@@ -4,8 +4,9 @@ The source paper's d came from a roofline "whose efficiencies come from standalo
 microbenchmarks". Here the microbenchmark times the very kernels vLLM's CPU backend runs — each
 linear layer is dispatched through ``vllm.model_executor.layers.utils.
 dispatch_cpu_unquantized_gemm`` (oneDNN, sgl-kernel or zentorch, whichever vLLM picks on this
-CPU) — at the model's real layer shapes, the run's dtype and one thread pinned to core 0 (as
-vLLM pins its one OpenMP thread), for every row count a step carries: N rows for the baseline
+CPU) — at the model's real layer shapes, the run's dtype and the engine's threads on the engine's
+cores (by default one thread pinned to core 0, as vLLM pins its one OpenMP thread), for every
+row count a step carries: N rows for the baseline
 step of a batch of N, N·(γ+1) rows for a verify step. Attention is timed per sequence, its r
 query rows against the run's context, as explicit matrix products with the query heads grouped
 over their shared key-value head (the arithmetic of vLLM's CPU attention; torch's fused
@@ -40,7 +41,8 @@ __all__ = ["layer_shapes", "time_kernels", "verify_delta_ms", "MicrobenchConfig"
 METHOD = ("d(γ,N) = (T(N,γ+1) − T(N,1)) / t_base(N); T(N,r) = layers·(qkv+o+gate_up+down "
           "linear through vLLM's dispatch_cpu_unquantized_gemm)(N·r) + layers·N·attention(r "
           "query rows over the context, grouped-query matmuls) + lm_head(N·r); medians of "
-          "timed calls, one thread pinned to core 0, the run's dtype, random weights")
+          "timed calls, the engine's threads on its cores (manifest: torch_threads, affinity), "
+          "the run's dtype, random weights")
 
 
 def layer_shapes(shape: ModelShape) -> dict[str, tuple[int, int]]:
@@ -156,7 +158,7 @@ class MicrobenchConfig:
 
 
 def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
-    """Measure the kernels into a run of kind 'microbench' (one thread pinned to core 0)."""
+    """Measure the kernels into a run of kind 'microbench' (the engine's threads and cores)."""
     from tqdm import tqdm
 
     from specbench.store.contract import contract
@@ -169,8 +171,12 @@ def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
         from specbench.engine.assets import embedded_model_dir
         model = str(embedded_model_dir())
     shape = ModelShape.from_hf_config(model)
-    torch.set_num_threads(1)
-    os.sched_setaffinity(0, {0})
+    # The engine's threads on the engine's cores (one thread on core 0 by default), so a SKU
+    # with two engine threads gets the kernel times of two threads.
+    from specbench.engine.hardware import engine_cores, hardware_info
+    cores = engine_cores(hardware_info())
+    torch.set_num_threads(len(cores))
+    os.sched_setaffinity(0, set(cores))
     rows = sorted({n * (g + 1) for n in cfg.batches for g in cfg.gammas})
     attention_rows = sorted({g + 1 for g in cfg.gammas})
     manifest = {**contract("microbench", model, cfg.dtype),

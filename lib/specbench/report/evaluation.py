@@ -8,6 +8,7 @@ The cells evaluated are the speculative, greedy cells of :func:`specbench.report
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
@@ -76,16 +77,25 @@ def ablation_table(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def transfer_table(loso: pd.DataFrame) -> pd.DataFrame:
-    """Leave-one-SKU-out: the model against ratio transfer on the same cells, per SKU."""
+def transfer_table(loso: pd.DataFrame, cost: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Leave-one-SKU-out: the model against ratio transfer on the same cells, per held-out SKU
+    and batch (and over all), with the SKU's cost structure beside it where ``cost``
+    (:func:`specbench.report.transfer.cost_structure`) is given."""
     rows = []
-    for sku, g in list(loso.groupby("sku")) + [("all", loso)]:
+    groups = list(loso.groupby(["sku", "batch"])) + [(("all", "all"), loso)]
+    for (sku, batch), g in groups:
         m, mlo, mhi = bootstrap_mape(g["model_err_pct"])
         r, rlo, rhi = bootstrap_mape(g["ratio_err_pct"])
-        rows.append({"held-out SKU": sku, "cells": len(g), "model MAPE %": m,
-                     "model 95% CI": f"{mlo:.1f}–{mhi:.1f}", "ratio MAPE %": r,
-                     "ratio 95% CI": f"{rlo:.1f}–{rhi:.1f}",
-                     "model better": bool(m < r)})
+        row = {"held-out SKU": sku, "batch": batch, "cells": len(g), "model MAPE %": m,
+               "model 95% CI": f"{mlo:.1f}–{mhi:.1f}", "ratio MAPE %": r,
+               "ratio 95% CI": f"{rlo:.1f}–{rhi:.1f}", "model better": bool(m < r)}
+        if cost is not None:
+            mine = cost[(cost["sku"] == sku) & (cost["batch"] == batch)]
+            row.update({"d(4)": mine["d4"].iloc[0] if len(mine) else np.nan,
+                        "h/t_base": mine["h_ratio"].iloc[0] if len(mine) else np.nan,
+                        "cost differs": (bool(mine["cost_differs"].iloc[0]) if len(mine)
+                                         else "")})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -21,7 +21,8 @@ import pandas as pd
 from specbench.theory import model
 from specbench.theory.predict import _pot, fit_host_ratio
 
-__all__ = ["leave_one_sku_out", "held_out", "KEY"]
+__all__ = ["leave_one_sku_out", "held_out", "transfer_predictions", "cost_structure",
+           "COST_DIFFERS_PCT", "KEY"]
 
 KEY = ["workload", "gamma", "batch"]
 
@@ -40,6 +41,29 @@ def _pooled(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataFrame:
+    """Predict the cells of one SKU from the other SKUs' speculative cells.
+
+    ``target`` has one row per (workload, γ, batch) to predict with that SKU's own ``t_base_ms``
+    and ``d`` (and any columns to carry along); ``others`` the other SKUs' greedy speculative
+    cells. Rows the others never measured are dropped. The one prediction both the
+    leave-one-SKU-out evaluation and a sealed prediction (:mod:`specbench.report.sealed`) make."""
+    pooled = _pooled(others).add_suffix("_pooled").reset_index()
+    out = target.merge(pooled, on=KEY, how="inner")
+    if out.empty:
+        return out.assign(h_ms=[], model_pot_ms=[], ratio_pot_ms=[])
+    h_ratio = {b: fit_host_ratio(others[others["batch"] == b]) for b in out["batch"].unique()}
+    out["h_ms"] = out["batch"].map(h_ratio) * out["t_base_ms"]
+    out = out.rename(columns={"alpha_pooled": "alpha_transferred",
+                              "divisor_pooled": "divisor_transferred",
+                              "share_pooled": "share_transferred", "skus_pooled": "from_skus"})
+    out["from_skus"] = out["from_skus"].astype(int)
+    out["model_pot_ms"] = _pot(out["t_base_ms"], out["d"], out["h_ms"],
+                               out["share_transferred"], out["divisor_transferred"])
+    out["ratio_pot_ms"] = out["t_base_ms"] / out.pop("speedup_pooled")
+    return out
+
+
 def leave_one_sku_out(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per predicted speculative cell of every SKU (greedy cells only).
 
@@ -49,26 +73,15 @@ def leave_one_sku_out(cells: pd.DataFrame) -> pd.DataFrame:
         cells = add_predictions(cells)
     cells = cells[cells["temperature"] == 0] if "temperature" in cells else cells
     spec = cells[cells["gamma"] > 0]
-    rows = []
+    frames = []
     for sku in sorted(spec["sku"].unique()):
-        target = spec[spec["sku"] == sku].set_index(KEY)
         others = spec[spec["sku"] != sku]
         if others.empty:
             continue
-        pooled = _pooled(others)
-        h_ratio = {b: fit_host_ratio(others[others["batch"] == b]) for b in target.index.get_level_values("batch").unique()}
-        both = target.index.intersection(pooled.index)
-        for key in both:
-            t, p = target.loc[key], pooled.loc[key]
-            h = h_ratio[key[2]] * t["t_base_ms"]
-            rows.append({
-                "sku": sku, **dict(zip(KEY, key)), "measured_pot_ms": t["pot_ms"],
-                "t_base_ms": t["t_base_ms"], "d": t["d"], "h_ms": h,
-                "alpha_transferred": p["alpha"], "alpha_own": t["alpha"],
-                "divisor_transferred": p["divisor"], "share_transferred": p["share"],
-                "model_pot_ms": _pot(t["t_base_ms"], t["d"], h, p["share"], p["divisor"]),
-                "ratio_pot_ms": t["t_base_ms"] / p["speedup"], "from_skus": int(p["skus"])})
-    out = pd.DataFrame(rows)
+        target = spec.loc[spec["sku"] == sku, ["sku", *KEY, "pot_ms", "t_base_ms", "d", "alpha"]]
+        frames.append(transfer_predictions(
+            target.rename(columns={"pot_ms": "measured_pot_ms", "alpha": "alpha_own"}), others))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if out.empty:
         return out
     out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["measured_pot_ms"])
@@ -86,3 +99,34 @@ def held_out(cells: pd.DataFrame, calibrate: str, target: str) -> pd.DataFrame:
     if out.empty:
         raise ValueError(f"SKUs {calibrate!r} and {target!r} share no speculative cell")
     return out.reset_index(drop=True)
+
+
+# A held-out SKU tests transfer only if its balance of fixed and compute cost differs from the
+# SKUs it is predicted from: its d(4) or its h/t_base at least this far from every one of them.
+COST_DIFFERS_PCT = 25.0
+
+
+def cost_structure(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per SKU and batch: the verify overhead d(4) (mean over the SKU's workloads), the host
+    ratio h/t_base fitted on its own greedy cells, and whether either differs by at least
+    :data:`COST_DIFFERS_PCT` from every other SKU's at the same batch."""
+    if "d" not in cells:
+        from specbench.theory.predict import add_predictions
+        cells = add_predictions(cells)
+    greedy = cells[cells["temperature"] == 0] if "temperature" in cells else cells
+    rows = [{"sku": sku, "batch": b, "d4": g.loc[g["gamma"] == 4, "d"].mean(),
+             "h_ratio": fit_host_ratio(g)} for (sku, b), g in greedy.groupby(["sku", "batch"])]
+    out = pd.DataFrame(rows)
+
+    def apart(mine: float, theirs: pd.Series) -> bool:
+        theirs = theirs.dropna()
+        if np.isnan(mine) or theirs.empty:
+            return False
+        scale = np.maximum(np.abs(theirs), 1e-9)
+        return bool((100 * np.abs(mine - theirs) / scale >= COST_DIFFERS_PCT).all())
+
+    out["cost_differs"] = [
+        apart(r.d4, out[(out["batch"] == r.batch) & (out["sku"] != r.sku)]["d4"])
+        or apart(r.h_ratio, out[(out["batch"] == r.batch) & (out["sku"] != r.sku)]["h_ratio"])
+        for r in out.itertuples()]
+    return out

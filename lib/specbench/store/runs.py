@@ -53,7 +53,7 @@ MANIFEST_SCHEMA = {
         "schema_version": {"const": SCHEMA_VERSION},
         "run_id": {"type": "string", "minLength": 1},
         "kind": {"enum": ["sweep", "hostfloor", "overhead", "microbench", "lossless",
-                          "selftest", "gpucheck", "serving"]},
+                          "selftest", "gpucheck", "serving", "prediction"]},
         "sku": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.report import curves, transfer, wording
+from specbench.report import curves, evaluation, sealed, transfer, wording
 from specbench.report.analysis import sweep_cells
 from specbench.report.chapters.base import (
     Numbers,
@@ -52,7 +52,32 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None,
     """The accuracy chapter: the headline model against its rivals over every SKU (``hm_*``,
     :func:`headline`), then eq. 1 on the quoted grid."""
     cells = sweep_cells(root) if cells is None else cells
-    return _quoted_grid(root).merge(headline(cells, loso))
+    return _quoted_grid(root).merge(headline(cells, loso)).merge(sealed_numbers(root, cells))
+
+
+def sealed_numbers(root, cells: pd.DataFrame) -> Numbers:
+    """Predicted before measured: every SKU whose sweep was judged against a sealed
+    prediction (``hm_sealed_*``)."""
+    n = Numbers()
+    judged = sealed.judged(root, cells)
+    if judged.empty:
+        n.add(hm_sealed_cells=0, hm_sealed_sentence=(
+            "No SKU in the store was measured against a sealed prediction yet (`make "
+            "measure-sealed`)"))
+        return n
+    m, mlo, mhi = bootstrap_mape(judged["model_err_pct"])
+    r, rlo, rhi = bootstrap_mape(judged["ratio_err_pct"])
+    skus = ", ".join(sorted(judged["sku"].unique()))
+    better = "the model" if m < r else "ratio transfer"
+    n.add(runs=list(dict.fromkeys(judged["prediction_run"])), hm_sealed_cells=int(len(judged)),
+          hm_sealed_skus=skus, hm_sealed_model=m, hm_sealed_ratio=r,
+          hm_sealed_sentence=(
+              f"On {skus}, predicted before its sweep started ({len(judged)} cells), the model "
+              f"errs by {m:.1f} percent ({mlo:.1f}–{mhi:.1f}) and ratio transfer by {r:.1f} "
+              f"percent ({rlo:.1f}–{rhi:.1f}): {better} predicted the unmeasured SKU better, and "
+              f"the goal of {GOAL_TRANSFER_PCT:g} percent is "
+              f"{'met' if m <= GOAL_TRANSFER_PCT else 'missed'}"))
+    return n
 
 
 def _quoted_grid(root) -> Numbers:
@@ -313,4 +338,30 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
               loso_goal=("met" if m <= GOAL_TRANSFER_PCT and m < r else "missed"),
               interior_loso_cells=int(((loso["alpha_own"] > 0.1)
                                        & (loso["alpha_own"] < 0.9)).sum()))
+        add(**_per_held_out(loso, transfer.cost_structure(cells)))
     return n
+
+
+def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
+    """The issue's transfer goal per held-out SKU and batch: the model within the goal on every
+    one, and below ratio transfer on every one whose cost structure differs."""
+    t = evaluation.transfer_table(loso, cost)
+    t = t[t["held-out SKU"] != "all"]
+    differs = t[t["cost differs"].eq(True)]
+    within = t[t["model MAPE %"] <= GOAL_TRANSFER_PCT]
+    wins = differs[differs["model better"]]
+    losses = differs[~differs["model better"].astype(bool)]
+    named = "; ".join(f"{r['held-out SKU']} batch {r['batch']}: model {r['model MAPE %']:.1f} "
+                      f"against ratio {r['ratio MAPE %']:.1f} percent"
+                      for _, r in losses.iterrows())
+    return {"loso_groups": int(len(t)), "loso_within_goal": int(len(within)),
+            "loso_cost_differs": int(len(differs)), "loso_differs_model_wins": int(len(wins)),
+            "loso_cost_sentence": (
+                "No held-out SKU's cost structure differs from every other's by "
+                f"{transfer.COST_DIFFERS_PCT:g} percent, so no held-out group tests transfer "
+                "across a change of cost" if differs.empty else
+                f"On {len(differs)} held-out (SKU, batch) groups the cost structure differs by at "
+                f"least {transfer.COST_DIFFERS_PCT:g} percent from every other SKU's; the model "
+                f"beats ratio transfer on {len(wins)} of them"
+                + (f" and loses on {len(losses)} ({named})" if len(losses) else
+                   ", every one"))}

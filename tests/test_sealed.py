@@ -1,0 +1,144 @@
+"""Sealed predictions: `specbench predict` from a calibration, `sweep --judged-against`, and the
+book's check of the sealed table (real stored runs copied into a scratch store)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from specbench.cli.main import main
+from specbench.report import sealed, transfer
+from specbench.report.analysis import sweep_cells
+from specbench.store.runs import RunSchemaError, create_run, load_runs, open_run
+from specbench.store.sealing import check_sku, sealed_record
+
+HELD_OUT = "cpu-amd-epyc-f26m2-1t-bfloat16"
+RUN_FIELDS = ("schema_version", "run_id", "status", "started_at", "finished_at", "files")
+
+
+def _copy(run, root):
+    target = root / run.sku / run.run_id
+    shutil.copytree(run.path, target, ignore=shutil.ignore_patterns("*.ipynb", "parts"))
+    return target
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Every stored sweep and microbenchmark except the held-out SKU's sweeps, and a
+    calibration run made of that SKU's γ=0 cells (its latest sweep, γ=0 rows only)."""
+    root = tmp_path_factory.mktemp("store")
+    sweeps = [r for r in load_runs(kind="sweep") if r.sku == HELD_OUT]
+    if not sweeps:
+        pytest.skip(f"no stored sweep of {HELD_OUT}")
+    for run in load_runs(kind="sweep") + load_runs(kind="microbench"):
+        if not (run.sku == HELD_OUT and run.manifest["kind"] == "sweep"):
+            _copy(run, root)
+    greedy = [r for r in sweeps if (r.table("cells.csv")["temperature"] == 0).any()]
+    source = greedy[-1]
+    manifest = {k: v for k, v in source.manifest.items() if k not in RUN_FIELDS}
+    manifest["grid"] = {**manifest["grid"], "gammas": [0]}
+    calibration = create_run(root, manifest)
+    cells = source.table("cells.csv")
+    calibration.write_table("cells.csv", cells[cells["gamma"] == 0])
+    calibration.finish()
+    return root, calibration, source
+
+
+def test_predict_seals_a_table_with_its_hash(store, capsys):
+    root, calibration, _ = store
+    assert main(["predict", "--calibration", str(calibration.path), "--root", str(root)]) == 0
+    path = capsys.readouterr().out.splitlines()[0]
+    run = open_run(path)
+    assert run.manifest["kind"] == "prediction" and run.sku == HELD_OUT
+    assert run.manifest["calibration"]["sweep"]["run_id"] == calibration.run_id
+    table = run.table(sealed.PREDICTIONS)   # checks the hash the manifest records
+    assert len(table) and (table["gamma"] > 0).all()
+    assert (table["model_pot_ms"] > 0).all() and (table["ratio_pot_ms"] > 0).all()
+    assert HELD_OUT not in {r["sku"] for r in run.manifest["from_runs"]}
+    record = sealed_record(path)
+    assert record["predictions_sha256"] == run.manifest["files"]["predictions.csv"]["sha256"]
+
+
+def test_book_checks_the_sealed_table(store, capsys, tmp_path):
+    """A sweep judged against a prediction: the book joins the two; a changed table fails."""
+    shared, calibration, source = store
+    root = tmp_path / "s"
+    shutil.copytree(shared, root)
+    cal = root / calibration.sku / calibration.run_id
+    main(["predict", "--calibration", str(cal), "--root", str(root)])
+    prediction = capsys.readouterr().out.splitlines()[0]
+    record = sealed_record(prediction)
+    sweep = _copy(source, root)
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    manifest["judged_against"] = record
+    manifest["started_at"] = "2099-01-01T00:00:00+00:00"   # measured after the sealing
+    (sweep / "manifest.json").chmod(0o644)
+    (sweep / "manifest.json").write_text(json.dumps(manifest))
+    cells = sweep_cells(root)
+    judged = sealed.judged(root, cells)
+    assert len(judged) and set(judged["sku"]) == {HELD_OUT}
+    assert judged["model_err_pct"].notna().all()
+    predictions = open_run(prediction).path / sealed.PREDICTIONS
+    predictions.chmod(0o644)
+    predictions.write_text(predictions.read_text().replace(",", ",0", 1))
+    with pytest.raises(RunSchemaError, match="predictions.csv"):
+        sealed.judged(root, cells)
+
+
+def test_predict_refuses_a_sku_already_measured(store, capsys, tmp_path):
+    root, calibration, source = store
+    scratch = tmp_path / "s"
+    shutil.copytree(root, scratch)
+    _copy(source, scratch)
+    cal = scratch / calibration.sku / calibration.run_id
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--calibration", str(cal), "--root", str(scratch)])
+    assert stop.value.code == 2
+    assert "not sealed" in capsys.readouterr().err
+
+
+def test_predict_refuses_a_calibration_with_speculative_cells(store, capsys):
+    root, _, source = store
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--calibration", str(source.path), "--root", str(root)])
+    assert stop.value.code == 2
+    assert "grid/gammas" in capsys.readouterr().err
+
+
+def test_sweep_judged_against_refuses_anything_but_a_closed_prediction(store, capsys):
+    _, calibration, _ = store
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", "--judged-against", str(calibration.path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "field kind" in err and "manifest.json" in err
+
+
+def test_a_prediction_for_another_sku_is_refused():
+    with pytest.raises(ValueError, match="engine threads"):
+        check_sku({"sku": "cpu-x-2t-bfloat16", "run_id": "prediction-1"}, "cpu-x-1t-bfloat16")
+
+
+def test_cost_structure_names_each_sku_and_batch():
+    cells = sweep_cells()
+    cost = transfer.cost_structure(cells)
+    greedy = cells[cells["temperature"] == 0]
+    assert len(cost) == greedy.groupby(["sku", "batch"]).ngroups
+    assert cost["cost_differs"].isin([True, False]).all()
+    assert (cost["h_ratio"] >= 0).all()
+
+
+def test_transfer_predictions_match_the_leave_one_out_rows():
+    """The sealed path and the evaluation share one prediction: fed the same inputs, equal."""
+    loso = transfer.leave_one_sku_out(sweep_cells())
+    if loso.empty:
+        pytest.skip("one SKU only")
+    row = loso.iloc[0]
+    cells = sweep_cells()
+    spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
+    target = pd.DataFrame([{k: row[k] for k in (*transfer.KEY, "t_base_ms", "d")}])
+    again = transfer.transfer_predictions(target, spec[spec["sku"] != row["sku"]])
+    assert again["model_pot_ms"].iloc[0] == pytest.approx(row["model_pot_ms"])
+    assert again["ratio_pot_ms"].iloc[0] == pytest.approx(row["ratio_pot_ms"])
