@@ -81,3 +81,35 @@ def test_transfer_is_exact_when_the_model_holds():
 def test_bootstrap_mape_brackets_the_mean():
     mape, lo, hi = bootstrap_mape(pd.Series([1.0, -2.0, 3.0, 4.0]))
     assert mape == 2.5 and lo <= mape <= hi
+
+
+def _requests(c: pd.DataFrame) -> pd.DataFrame:
+    """Two prompts per batch-1 cell: 'q1' drafts like the cell, 'q2' never; both SKUs ran both."""
+    rows = []
+    for r in c.itertuples():
+        for q, share, divisor in (("q1", r.drafting_share, r.divisor_counters), ("q2", 0.0, 1.0)):
+            rows.append({"sku": r.sku, "workload": r.workload, "gamma": r.gamma, "batch": 1,
+                         "temperature": 0.0, "request": q, "base_ms": r.t_base_ms,
+                         "divisor": divisor, "share": share})
+    return pd.DataFrame(rows)
+
+
+def test_per_prompt_transfer_predicts_each_request_from_the_same_prompt_elsewhere():
+    c = _cells(noise=1.0)
+    requests = _requests(c)
+    t = leave_one_sku_out(c, requests).set_index(["sku", "workload", "gamma", "batch"])
+    row = t.loc[("a", "edit", 4, 1)]
+    assert row["per_prompt"]
+    # q1: (20 + 0.8·(0.4·20 + h·20)) / 4.2 with h = 0 (the model holds exactly); q2: 20 / 1
+    q1 = (20 + 0.8 * (0.4 * 20)) / (1 + 0.8 * 0.8 * 4)
+    assert row["model_pot_ms"] == pytest.approx((q1 + 20.0) / 2)
+
+
+def test_per_prompt_transfer_never_reads_the_held_out_prompts_counters():
+    c = _cells(noise=1.0)
+    requests = _requests(c)
+    before = leave_one_sku_out(c, requests).set_index(["sku", "workload", "gamma", "batch"])
+    mine = requests["sku"] == "a"
+    requests.loc[mine, ["divisor", "share"]] = [9.0, 0.01]
+    after = leave_one_sku_out(c, requests).set_index(["sku", "workload", "gamma", "batch"])
+    assert np.allclose(after.loc["a", "model_pot_ms"], before.loc["a", "model_pot_ms"])

@@ -279,6 +279,31 @@ def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
     ).configure_legend(labelLimit=0)
 
 
+def sealed_parity(judged: pd.DataFrame) -> alt.FacetChart:
+    """Sealed predictions (model and ratio transfer, made before the sweep) against what the
+    sweep then measured, one panel per predictor (log axes, the diagonal is a perfect guess)."""
+    from specbench.report.acceptance import display_workload
+    long = pd.concat([judged.assign(predictor=name, predicted_ms=judged[col])
+                      for name, col in (("headline model", "model_pot_ms"),
+                                        ("ratio transfer", "ratio_pot_ms"))], ignore_index=True)
+    long["workload"] = long["workload"].map(display_workload)
+    lo = 0.9 * float(long[["pot_ms", "predicted_ms"]].min().min())
+    hi = 1.1 * float(long[["pot_ms", "predicted_ms"]].max().max())
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    diagonal = alt.Chart(pd.DataFrame({"x": [lo, hi]})).mark_line(
+        color="gray", strokeDash=[4, 4]).encode(x="x:Q", y="x:Q")
+    points = alt.Chart().mark_point(filled=True, size=60).encode(
+        x=alt.X("pot_ms:Q", title="measured after sealing (ms/token)", scale=scale),
+        y=alt.Y("predicted_ms:Q", title="sealed prediction (ms/token)", scale=scale),
+        color=alt.Color("workload:N"), shape=alt.Shape("batch:N", title="batch"),
+        tooltip=["sku", "workload", "batch", "gamma", alt.Tooltip("pot_ms", format=".2f"),
+                 alt.Tooltip("predicted_ms", format=".2f")])
+    return alt.layer(diagonal, points, data=long).properties(width=230, height=230).facet(
+        column=alt.Column("predictor:N", title=None)).properties(
+        title="Predicted before measured: below the diagonal, the SKU ran slower than sealed"
+    ).configure_legend(labelLimit=0)
+
+
 def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
     """Per-position acceptance of each measured workload against the break-even α at the
     engine's verification overhead v(γ), per SKU and batch (``plan.break_even_table``)."""

@@ -13,13 +13,16 @@ import pandas as pd
 
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
 
-__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence", "GOAL_TRANSFER_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
+__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence", "GOAL_TRANSFER_PCT", "GOAL_TRANSFER_PER_SKU_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table"]
 
 #: The goals the model is tracked against (issue 10): better than the source paper's 6.3 %.
 GOAL_MAPE_PCT = 3.0
 # At batch 4, where requests share steps, the goal is looser (issue: ≤ 5 %).
 GOAL_B4_MAPE_PCT = 5.0
 GOAL_TRANSFER_PCT = 1.5
+# Per held-out SKU and batch (issue: transfer that can fail): the model within this MAPE on
+# every one, and below ratio transfer wherever the cost structure differs.
+GOAL_TRANSFER_PER_SKU_PCT = 5.0
 
 
 def evidence(cells: pd.DataFrame, sampled: bool = False) -> pd.DataFrame:
@@ -91,7 +94,8 @@ def transfer_table(loso: pd.DataFrame, cost: pd.DataFrame | None = None) -> pd.D
                "ratio 95% CI": f"{rlo:.1f}–{rhi:.1f}", "model better": bool(m < r)}
         if cost is not None:
             mine = cost[(cost["sku"] == sku) & (cost["batch"] == batch)]
-            row.update({"d(4)": mine["d4"].iloc[0] if len(mine) else np.nan,
+            row.update({"t_base ms": mine["t_base_ms"].iloc[0] if len(mine) else np.nan,
+                        "d(4)": mine["d4"].iloc[0] if len(mine) else np.nan,
                         "h/t_base": mine["h_ratio"].iloc[0] if len(mine) else np.nan,
                         "cost differs": (bool(mine["cost_differs"].iloc[0]) if len(mine)
                                          else "")})

@@ -21,7 +21,7 @@ import pandas as pd
 from specbench.theory import model
 from specbench.theory.predict import _pot, fit_host_ratio
 
-__all__ = ["leave_one_sku_out", "held_out", "transfer_predictions", "cost_structure",
+__all__ = ["leave_one_sku_out", "held_out", "transfer_predictions", "cost_structure", "per_prompt",
            "COST_DIFFERS_PCT", "KEY"]
 
 KEY = ["workload", "gamma", "batch"]
@@ -64,18 +64,23 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
     return out
 
 
-def leave_one_sku_out(cells: pd.DataFrame) -> pd.DataFrame:
+def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per predicted speculative cell of every SKU (greedy cells only).
 
-    ``cells`` is :func:`specbench.report.analysis.sweep_cells` (or any table with its columns)."""
+    ``cells`` is :func:`specbench.report.analysis.sweep_cells` (or any table with its columns);
+    with ``requests`` (:func:`specbench.report.analysis.request_predictors`) batch-1 cells are
+    predicted per prompt (:func:`per_prompt`)."""
     if "d" not in cells:
         from specbench.theory.predict import add_predictions
         cells = add_predictions(cells)
     cells = cells[cells["temperature"] == 0] if "temperature" in cells else cells
     spec = cells[cells["gamma"] > 0]
     frames = []
+    # Acceptance is lent by vLLM's SKUs only: a transformers SKU ('-hf') is predicted from
+    # them (transfer across engines, the hardest case) but lends nothing to a vLLM SKU.
+    lenders = ~spec["sku"].str.endswith("-hf")
     for sku in sorted(spec["sku"].unique()):
-        others = spec[spec["sku"] != sku]
+        others = spec[(spec["sku"] != sku) & lenders]
         if others.empty:
             continue
         target = spec.loc[spec["sku"] == sku, ["sku", *KEY, "pot_ms", "t_base_ms", "d", "alpha"]]
@@ -84,8 +89,48 @@ def leave_one_sku_out(cells: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if out.empty:
         return out
+    out["per_prompt"] = False
+    if requests is not None and len(requests):
+        out = per_prompt(out, requests)
     out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["measured_pot_ms"])
     out["ratio_err_pct"] = model.cell_errors(out["ratio_pot_ms"], out["measured_pot_ms"])
+    return out
+
+
+def per_prompt(loso: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """Batch-1 transfer per prompt: each request of the held-out cell is predicted with the
+    tokens per step and drafting share *that same prompt* (question id) reached on the other
+    SKUs, and its own γ=0 step; the cell's prediction is the mean over its requests, as its
+    latency is. Requests no other SKU ran keep the cell's pooled prediction. Where SKUs ran
+    different numbers of prompts per category, a pooled divisor is not the held-out cell's."""
+    key = ["workload", "gamma", "request"]
+    r = requests[(requests["batch"] == 1) & (requests["temperature"] == 0)]
+    out = loso.copy()
+    for i, row in out[out["batch"] == 1].iterrows():
+        mine = r[(r["sku"] == row["sku"]) & (r["workload"] == row["workload"])
+                 & (r["gamma"] == row["gamma"])]
+        if mine.empty:
+            continue
+        others = (r[(r["sku"] != row["sku"]) & ~r["sku"].str.endswith("-hf")
+                    & (r["workload"] == row["workload"])
+                    & (r["gamma"] == row["gamma"])]
+                  .groupby(key)[["divisor", "share"]].mean())
+        delta_ms, h_ratio = row["d"] * row["t_base_ms"], row["h_ms"] / row["t_base_ms"]
+        preds = []
+        for q in mine.itertuples():
+            if (q.workload, q.gamma, q.request) not in others.index:
+                preds.append(np.nan)
+                continue
+            o = others.loc[(q.workload, q.gamma, q.request)]
+            preds.append((q.base_ms + o["share"] * (delta_ms + h_ratio * q.base_ms))
+                         / o["divisor"])
+        preds = np.asarray(preds, dtype=float)
+        if np.isnan(preds).all():
+            continue
+        # A request no other SKU ran keeps the pooled cell's prediction.
+        out.loc[i, "model_pot_ms"] = float(np.where(np.isnan(preds), row["model_pot_ms"],
+                                                    preds).mean())
+        out.loc[i, "per_prompt"] = True
     return out
 
 
@@ -107,14 +152,16 @@ COST_DIFFERS_PCT = 25.0
 
 
 def cost_structure(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per SKU and batch: the verify overhead d(4) (mean over the SKU's workloads), the host
+    """Per SKU and batch — the step-cost decomposition: the γ=0 step t_base (median over the
+    SKU's cells), the verify overhead d(4) (mean over its workloads), the host
     ratio h/t_base fitted on its own greedy cells, and whether either differs by at least
     :data:`COST_DIFFERS_PCT` from every other SKU's at the same batch."""
     if "d" not in cells:
         from specbench.theory.predict import add_predictions
         cells = add_predictions(cells)
     greedy = cells[cells["temperature"] == 0] if "temperature" in cells else cells
-    rows = [{"sku": sku, "batch": b, "d4": g.loc[g["gamma"] == 4, "d"].mean(),
+    rows = [{"sku": sku, "batch": b, "t_base_ms": g["t_base_ms"].median(),
+             "d4": g.loc[g["gamma"] == 4, "d"].mean(),
              "h_ratio": fit_host_ratio(g)} for (sku, b), g in greedy.groupby(["sku", "batch"])]
     out = pd.DataFrame(rows)
 

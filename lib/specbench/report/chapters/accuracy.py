@@ -69,6 +69,8 @@ def sealed_numbers(root, cells: pd.DataFrame) -> Numbers:
     r, rlo, rhi = bootstrap_mape(judged["ratio_err_pct"])
     skus = ", ".join(sorted(judged["sku"].unique()))
     better = "the model" if m < r else "ratio transfer"
+    bias = float(judged["model_err_pct"].mean())
+    slower = float((judged["model_err_pct"] < 0).mean() * 100)
     n.add(runs=list(dict.fromkeys(judged["prediction_run"])), hm_sealed_cells=int(len(judged)),
           hm_sealed_skus=skus, hm_sealed_model=m, hm_sealed_ratio=r,
           hm_sealed_sentence=(
@@ -76,7 +78,14 @@ def sealed_numbers(root, cells: pd.DataFrame) -> Numbers:
               f"errs by {m:.1f} percent ({mlo:.1f}–{mhi:.1f}) and ratio transfer by {r:.1f} "
               f"percent ({rlo:.1f}–{rhi:.1f}): {better} predicted the unmeasured SKU better, and "
               f"the goal of {GOAL_TRANSFER_PCT:g} percent is "
-              f"{'met' if m <= GOAL_TRANSFER_PCT else 'missed'}"))
+              f"{'met' if m <= GOAL_TRANSFER_PCT else 'missed'}. The model's mean signed error "
+              f"is {bias:+.1f} percent and {slower:.0f} percent of the cells ran slower than "
+              "predicted" + (
+                  ": the SKU's speculative steps cost more than t_base, d and the host ratio "
+                  "carried over from the other SKUs add up to — a host cost that did not "
+                  "transfer" if bias < -GOAL_TRANSFER_PCT else
+                  ": the SKU ran faster than predicted" if bias > GOAL_TRANSFER_PCT else
+                  ", without a systematic direction")))
     return n
 
 
@@ -328,18 +337,50 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     add(within_noise=int(noise["within_noise"].sum()))
     add(eq1_vs_blind=wording.compare(n["hm_mape_eq1"], 0, n["hm_mape_blind"], 0).replace(
         "lower", "lower than").replace("higher", "higher than"))
+    # (Per prompt at batch 1 where the caller passes it; the book does.)
     loso = leave_one_sku_out(cells) if loso is None else loso
     if len(loso):
         m, mlo, mhi = bootstrap_mape(loso["model_err_pct"])
         r, rlo, rhi = bootstrap_mape(loso["ratio_err_pct"])
-        add(loso_cells=int(len(loso)), loso_model=m, loso_model_lo=mlo, loso_model_hi=mhi,
+        add(loso_per_prompt_cells=int(loso.get("per_prompt", pd.Series(dtype=bool)).sum()),
+            loso_cells=int(len(loso)), loso_model=m, loso_model_lo=mlo, loso_model_hi=mhi,
               loso_ratio=r, loso_ratio_lo=rlo, loso_ratio_hi=rhi,
               loso_winner="the model" if m < r else "ratio transfer",
               loso_goal=("met" if m <= GOAL_TRANSFER_PCT and m < r else "missed"),
               interior_loso_cells=int(((loso["alpha_own"] > 0.1)
                                        & (loso["alpha_own"] < 0.9)).sum()))
-        add(**_per_held_out(loso, transfer.cost_structure(cells)))
+        add(**_per_held_out(loso, transfer.cost_structure(cells)),
+            threads_sentence=_threads_sentence(cells))
     return n
+
+
+def _threads_sentence(cells: pd.DataFrame) -> str:
+    """How cleanly a multi-thread SKU measured beside its one-thread twin (same CPU, dtype):
+    with every core bound to the engine's threads, the engine loop shares a core with them."""
+    import re
+    c = cells[(cells["temperature"] == 0) & (cells["gamma"] > 0)]
+    parts = []
+    for sku in sorted(c["sku"].unique()):
+        m = re.search(r"-(\d+)t-", sku)
+        twin = sku.replace(m.group(0), "-1t-") if m and m.group(1) != "1" else None
+        if twin is None or twin not in set(c["sku"]):
+            continue
+        mine, theirs = c[c["sku"] == sku], c[c["sku"] == twin]
+
+        def verify_ms(x):   # the kernels' extra time of a γ=4 verify step at batch 1
+            x = x[(x["gamma"] == 4) & (x["batch"] == 1)]
+            return float((x["d"] * x["t_base_ms"]).median())
+        parts.append(f"{sku}'s kernels add {verify_ms(mine):.1f} ms to a γ=4 verify step at "
+                     f"batch 1 against {verify_ms(theirs):.1f} ms on one thread, and it has "
+                     f"{int(mine['unstable'].eq(True).sum())} of {len(mine)} "
+                     f"speculative cells flagged unstable (median spread of repetitions "
+                     f"{mine['rep_spread_pct'].median():.1f} percent) against "
+                     f"{int(theirs['unstable'].eq(True).sum())} of {len(theirs)} "
+                     f"({theirs['rep_spread_pct'].median():.1f} percent) for {twin}")
+    if not parts:
+        return ("No SKU with more than one engine thread is in the store beside its "
+                "one-thread twin")
+    return "; ".join(parts)
 
 
 def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
@@ -348,13 +389,18 @@ def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
     t = evaluation.transfer_table(loso, cost)
     t = t[t["held-out SKU"] != "all"]
     differs = t[t["cost differs"].eq(True)]
-    within = t[t["model MAPE %"] <= GOAL_TRANSFER_PCT]
+    within = t[t["model MAPE %"] <= evaluation.GOAL_TRANSFER_PER_SKU_PCT]
+    strict = t[t["model MAPE %"] <= GOAL_TRANSFER_PCT]
     wins = differs[differs["model better"]]
     losses = differs[~differs["model better"].astype(bool)]
     named = "; ".join(f"{r['held-out SKU']} batch {r['batch']}: model {r['model MAPE %']:.1f} "
                       f"against ratio {r['ratio MAPE %']:.1f} percent"
                       for _, r in losses.iterrows())
     return {"loso_groups": int(len(t)), "loso_within_goal": int(len(within)),
+            "loso_within_strict": int(len(strict)),
+            "goal_transfer_per_sku": evaluation.GOAL_TRANSFER_PER_SKU_PCT,
+            "loso_per_sku_goal": ("met" if len(within) == len(t) and len(wins) == len(differs)
+                                  else "missed"),
             "loso_cost_differs": int(len(differs)), "loso_differs_model_wins": int(len(wins)),
             "loso_cost_sentence": (
                 "No held-out SKU's cost structure differs from every other's by "

@@ -297,7 +297,8 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     numbers["miss_batches"] = ", ".join(map(str, numbers["miss_batches"])) or "none"
     numbers.update(aggregate_phrase=_aggregate_phrase(be), serving_phrase=_serving_phrase(root))
     # leave_one_sku_out keeps greedy cells only; computed once for the numbers and the table.
-    loso = leave_one_sku_out(headline)
+    from specbench.report.analysis import request_predictors
+    loso = leave_one_sku_out(headline, request_predictors(root, headline))
     regrets = regret_table(loso) if len(loso) else pd.DataFrame()
     numbers.update(_regret_numbers(regrets))
     tables = {"plans": plans.drop(columns=["sources"]), "inputs": input_table(plans),
@@ -329,7 +330,9 @@ def _regret_numbers(r: pd.DataFrame) -> dict:
             "regret_wrong": ", ".join(
                 f"'{row['workload']}' batch {row['batch']} on {row['sku']} (chose "
                 f"γ={int(row['planner: γ'])}, best γ={int(row['best γ'])}, "
-                f"+{row['planner: regret %']:.1f} %)"
+                f"+{row['planner: regret %']:.1f} %: the model erred by "
+                f"{row['planner: error at its γ %']:+.1f} % at its γ and "
+                f"{row['planner: error at best γ %']:+.1f} % at the best)"
                 for _, row in wrong.head(5).iterrows()) or "none",
             "regret_wrong_n": int(len(wrong)),
             "regret_goal": ("met" if median <= REGRET_GOAL_PCT and beats else "missed")}

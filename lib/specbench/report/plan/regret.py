@@ -42,6 +42,12 @@ def regret_table(loso: pd.DataFrame) -> pd.DataFrame:
             "always off": 0}
         row = {"sku": sku, "workload": workload, "batch": int(batch),
                "best γ": min(measured, key=lambda k: (measured[k], k))}
+        # Why the planner chose as it did: its prediction's error at its choice and at the best.
+        err = dict(zip(g["gamma"].astype(int),
+                       100 * (g["model_pot_ms"] / g["measured_pot_ms"] - 1)))
+        err[0] = 0.0   # γ=0 is measured, not predicted
+        row["planner: error at its γ %"] = err[choices["planner"]]
+        row["planner: error at best γ %"] = err[row["best γ"]]
         for rule, gamma in choices.items():
             row[f"{rule}: γ"] = gamma
             row[f"{rule}: regret %"] = (100 * (measured[gamma] / best - 1)
