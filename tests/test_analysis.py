@@ -61,4 +61,7 @@ def test_offline_renderer_is_deterministic_and_cdn_free(cells):
 def test_manifest_table_lists_every_run():
     runs = load_runs()
     table = analysis.manifest_table(runs)
-    assert len(table) == len(runs) and table["engine"].str.contains("vllm").all()
+    assert len(table) == len(runs)
+    assert table["engine"].str.match(r"(vllm|transformers)").all()
+    hf = table["SKU"].str.endswith("-hf")
+    assert table.loc[hf, "engine"].str.startswith("transformers").all()

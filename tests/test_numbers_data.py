@@ -76,4 +76,6 @@ def test_every_chapter_lists_its_runs():
     for build in (story.numbers, regimes.numbers, accuracy.numbers, host_floor.numbers,
                   measured.numbers, index.numbers):
         n = build()
-        assert n.runs and all(r.split("-")[0] in ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving") for r in n.runs)
+        kinds = ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving",
+                 "prediction")
+        assert n.runs and all(r.split("-")[0] in kinds for r in n.runs)

@@ -32,7 +32,7 @@ def store(tmp_path_factory):
     sweeps = [r for r in load_runs(kind="sweep") if r.sku == HELD_OUT]
     if not sweeps:
         pytest.skip(f"no stored sweep of {HELD_OUT}")
-    for run in load_runs(kind="sweep") + load_runs(kind="microbench"):
+    for run in load_runs(kind="sweep") + load_runs(kind="microbench") + load_runs(kind="prediction"):
         if not (run.sku == HELD_OUT and run.manifest["kind"] == "sweep"):
             _copy(run, root)
     greedy = [r for r in sweeps if (r.table("cells.csv")["temperature"] == 0).any()]
@@ -78,7 +78,7 @@ def test_book_checks_the_sealed_table(store, capsys, tmp_path):
     (sweep / "manifest.json").write_text(json.dumps(manifest))
     cells = sweep_cells(root)
     judged = sealed.judged(root, cells)
-    assert len(judged) and set(judged["sku"]) == {HELD_OUT}
+    assert HELD_OUT in set(judged["sku"])   # beside any SKU the store measured this way
     assert judged["model_err_pct"].notna().all()
     predictions = open_run(prediction).path / sealed.PREDICTIONS
     predictions.chmod(0o644)
@@ -139,6 +139,7 @@ def test_transfer_predictions_match_the_leave_one_out_rows():
     cells = sweep_cells()
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
     target = pd.DataFrame([{k: row[k] for k in (*transfer.KEY, "t_base_ms", "d")}])
-    again = transfer.transfer_predictions(target, spec[spec["sku"] != row["sku"]])
+    lenders = spec[(spec["sku"] != row["sku"]) & ~spec["sku"].str.endswith("-hf")]
+    again = transfer.transfer_predictions(target, lenders)
     assert again["model_pot_ms"].iloc[0] == pytest.approx(row["model_pot_ms"])
     assert again["ratio_pot_ms"].iloc[0] == pytest.approx(row["ratio_pot_ms"])
