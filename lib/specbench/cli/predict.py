@@ -72,9 +72,9 @@ def _others(root: Path, sku: str):
     if len(seen):
         raise ValueError(f"SKU {sku!r} already has speculative cells (run "
                          f"{seen['run_id'].iloc[0]}): a prediction made now is not sealed")
-    # Same engine only: a '-hf' SKU is another engine, not another machine.
-    same_engine = cells["sku"].str.endswith("-hf") == sku.endswith("-hf")
-    return cells[(cells["sku"] != sku) & same_engine]
+    # The lenders leave-one-SKU-out uses, so a sealed prediction is that same prediction.
+    from specbench.report.transfer import lends
+    return cells[(cells["sku"] != sku) & lends(cells["sku"])]
 
 
 def run(args, parser: argparse.ArgumentParser) -> int:

@@ -227,7 +227,7 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
 
 def _with_judgement(cfg: SweepConfig, manifest: dict) -> dict:
     """The manifest with the record of the sealed prediction the sweep is judged against (for
-    this SKU only, checked again now: closed before this moment)."""
+    this SKU only; the record is read again as the run is created)."""
     if cfg.judged_against is None:
         return manifest
     from specbench.store.sealing import check_sku, sealed_record

@@ -22,6 +22,7 @@ from specbench.theory import model
 from specbench.theory.predict import _pot, fit_host_ratio
 
 __all__ = ["leave_one_sku_out", "held_out", "transfer_predictions", "cost_structure", "per_prompt",
+           "lends",
            "COST_DIFFERS_PCT", "KEY"]
 
 KEY = ["workload", "gamma", "batch"]
@@ -41,6 +42,12 @@ def _pooled(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def lends(skus: pd.Series) -> pd.Series:
+    """Which SKUs lend acceptance to a held-out one: vLLM's only. A transformers SKU ('-hf') is
+    predicted from them (transfer across engines, the hardest case) but lends nothing."""
+    return ~skus.str.endswith("-hf")
+
+
 def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataFrame:
     """Predict the cells of one SKU from the other SKUs' speculative cells.
 
@@ -50,8 +57,6 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
     leave-one-SKU-out evaluation and a sealed prediction (:mod:`specbench.report.sealed`) make."""
     pooled = _pooled(others).add_suffix("_pooled").reset_index()
     out = target.merge(pooled, on=KEY, how="inner")
-    if out.empty:
-        return out.assign(h_ms=[], model_pot_ms=[], ratio_pot_ms=[])
     h_ratio = {b: fit_host_ratio(others[others["batch"] == b]) for b in out["batch"].unique()}
     out["h_ms"] = out["batch"].map(h_ratio) * out["t_base_ms"]
     out = out.rename(columns={"alpha_pooled": "alpha_transferred",
@@ -76,9 +81,7 @@ def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None)
     cells = cells[cells["temperature"] == 0] if "temperature" in cells else cells
     spec = cells[cells["gamma"] > 0]
     frames = []
-    # Acceptance is lent by vLLM's SKUs only: a transformers SKU ('-hf') is predicted from
-    # them (transfer across engines, the hardest case) but lends nothing to a vLLM SKU.
-    lenders = ~spec["sku"].str.endswith("-hf")
+    lenders = lends(spec["sku"])
     for sku in sorted(spec["sku"].unique()):
         others = spec[(spec["sku"] != sku) & lenders]
         if others.empty:
@@ -111,7 +114,7 @@ def per_prompt(loso: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
                  & (r["gamma"] == row["gamma"])]
         if mine.empty:
             continue
-        others = (r[(r["sku"] != row["sku"]) & ~r["sku"].str.endswith("-hf")
+        others = (r[(r["sku"] != row["sku"]) & lends(r["sku"])
                     & (r["workload"] == row["workload"])
                     & (r["gamma"] == row["gamma"])]
                   .groupby(key)[["divisor", "share"]].mean())

@@ -2,6 +2,8 @@
 on the quoted grid."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -357,7 +359,6 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
 def _threads_sentence(cells: pd.DataFrame) -> str:
     """How cleanly a multi-thread SKU measured beside its one-thread twin (same CPU, dtype):
     with every core bound to the engine's threads, the engine loop shares a core with them."""
-    import re
     c = cells[(cells["temperature"] == 0) & (cells["gamma"] > 0)]
     parts = []
     for sku in sorted(c["sku"].unique()):
@@ -391,8 +392,8 @@ def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
     differs = t[t["cost differs"].eq(True)]
     within = t[t["model MAPE %"] <= evaluation.GOAL_TRANSFER_PER_SKU_PCT]
     strict = t[t["model MAPE %"] <= GOAL_TRANSFER_PCT]
-    wins = differs[differs["model better"]]
-    losses = differs[~differs["model better"].astype(bool)]
+    better = differs["model better"].astype(bool)
+    wins, losses = differs[better], differs[~better]
     named = "; ".join(f"{r['held-out SKU']} batch {r['batch']}: model {r['model MAPE %']:.1f} "
                       f"against ratio {r['ratio MAPE %']:.1f} percent"
                       for _, r in losses.iterrows())
@@ -401,6 +402,7 @@ def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
             "goal_transfer_per_sku": evaluation.GOAL_TRANSFER_PER_SKU_PCT,
             "loso_per_sku_goal": ("met" if len(within) == len(t) and len(wins) == len(differs)
                                   else "missed"),
+            "cost_differs_pct": transfer.COST_DIFFERS_PCT,
             "loso_cost_differs": int(len(differs)), "loso_differs_model_wins": int(len(wins)),
             "loso_cost_sentence": (
                 "No held-out SKU's cost structure differs from every other's by "
