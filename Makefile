@@ -15,9 +15,10 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # `make book`'s own measurement identifies the headline model on a new machine: 'edit' drafts on
 # about three quarters of its steps (h is identified; 'open' at ~5 % could not), the kernel
 # microbenchmark gives d in seconds. One prompt per batch-1 cell (a batch-N cell runs N), 64
-# tokens, 3 repetitions: about 12 minutes on a 2-core CPU. The host-floor profile has its own
-# target (about 10 minutes more).
-measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~12 min)
+# tokens, 3 repetitions: 13 minutes on a 2-core Zen 4, and `make book` end to end (set-up done,
+# rendering included) 15.5 minutes there. The host-floor profile has its own target (about 10
+# minutes more).
+measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~13 min)
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
 	    -p max_tokens 64 -p reps 3
 	$(PY) -m specbench.cli.main microbench
@@ -26,17 +27,22 @@ host-floor: setup  ## the host-floor profile of two model sizes (a 'hostfloor' r
 	$(PY) -m specbench.cli.notebooks host_floor
 
 # Acceptance across its range: Spec-Bench categories and the project's edit/repeat/open workloads
-# (paired baseline, the same 8 question ids per category in both dtypes, batches 1 and 4, 5
-# repetitions, decode windows at batch 4) and the kernel microbenchmarks behind the model's d.
-# Expected on a 2-core Zen 4: bf16 about 80 minutes, fp32 about 110 (twice as fast on Zen 5).
+# (paired baseline, the same question ids per category in both dtypes — the first PROMPTS of
+# each —, batches 1 and 4, REPS repetitions, decode windows at batch 4) and the kernel
+# microbenchmarks behind the model's d. Time grows with PROMPTS × REPS. Measured on a 2-core
+# Zen 4: bf16 with 4 prompts and 3 repetitions took 47 minutes, fp32 with 4 and 4 took 91; the
+# default (8 and 5) is therefore about 2.5 h in bf16 and 3.7 h in fp32 there. On a 2-core
+# machine `make measure-acceptance PROMPTS=4 REPS=4` is the variant that fits in about 2.5 h.
 SPEC_BENCH_WORKLOADS := '["repeat","open","edit","specbench:multi-turn","specbench:translation","specbench:summarization","specbench:qa","specbench:math_reasoning","specbench:rag"]'
-measure-acceptance: setup  ## Spec-Bench sweeps in bf16 and fp32 and the kernel microbenchmarks (~3 h)
+PROMPTS ?= 8
+REPS    ?= 5
+measure-acceptance: setup  ## Spec-Bench sweeps in bf16 and fp32 and the kernel microbenchmarks (PROMPTS=8 REPS=5: ~6 h on 2 cores)
 	$(PY) -m specbench.cli.main microbench --dtype bfloat16
 	$(PY) -m specbench.cli.main microbench --dtype float32
-	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
-	    -p max_tokens 64 -p reps 5
-	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts 8 \
-	    -p max_tokens 64 -p reps 5 -p dtype float32
+	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts $(PROMPTS) \
+	    -p max_tokens 64 -p reps $(REPS)
+	$(PY) -m specbench.cli.notebooks sweep -p workloads $(SPEC_BENCH_WORKLOADS) -p prompts $(PROMPTS) \
+	    -p max_tokens 64 -p reps $(REPS) -p dtype float32
 
 # Sampling at temperature > 0 (issue: the CPU expand kernel): the distribution test with and
 # without the engine patch in both dtypes, on 'edit' (its plain arm gives many distinct outputs
