@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specbench.engine.counters import SpecCounters, from_vllm_metrics
+from specbench.engine.counters import SpecCounters, from_prometheus_text
 # The GPU probe and hardware identity live in .hardware (no CUDA initialisation there);
 # re-exported so ``specbench.engine.vllm_engine.on_gpu`` and friends keep working.
 from specbench.engine.hardware import hardware_info, on_gpu, sku_id  # noqa: F401
@@ -118,6 +118,32 @@ class EngineSettings:
 SPECULATIVE_METHODS = ("ngram", "ngram_gpu")
 
 
+def _own_metrics():
+    """A private Prometheus registry holding the vLLM collectors of the engine just created.
+
+    ``LLM.get_metrics()`` reads the process-wide registry, and every new vLLM stat logger
+    first unregisters all ``vllm:`` collectors there: with several engines alive in one
+    process (a shared-base sweep keeps one per γ) it would report only the newest engine's
+    counters — an older engine's calls would read as zero drafts. Each engine's collectors keep
+    counting after that, so the adapter keeps its own and reads them itself."""
+    from prometheus_client import REGISTRY, CollectorRegistry
+    own = CollectorRegistry(auto_describe=False)
+    # prometheus_client keeps no public list of collectors; vLLM's own unregister_vllm_metrics
+    # walks the same mapping.
+    for collector in list(REGISTRY._collector_to_names):
+        if getattr(collector, "_name", "").startswith("vllm:"):
+            own.register(collector)
+    return own
+
+
+def _histogram_count(text: str, name: str) -> int | None:
+    """Observations of a histogram in a Prometheus exposition (summed over its label sets)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    counts = [s.value for f in text_string_to_metric_families(text) if f.name == name
+              for s in f.samples if s.name == name + "_count"]
+    return int(sum(counts)) if counts else None
+
+
 @dataclass
 class Generation:
     """One timed batched call."""
@@ -175,6 +201,7 @@ class Engine:
         started = time.perf_counter()
         self.llm = LLM(**settings.llm_kwargs())
         self.startup_s = time.perf_counter() - started
+        self._metrics = _own_metrics()
         self._requests = 0   # ids of the requests this adapter adds (specbench-N)
         self.tokenizer = self.llm.get_tokenizer()
         self.prompt_notes: list[str] = []
@@ -209,14 +236,17 @@ class Engine:
         return "; ".join(sorted(set(self.prompt_notes))) or CHAT_TEMPLATE
 
     def counters(self) -> SpecCounters | None:
-        return from_vllm_metrics(self.llm.get_metrics()) if self.settings.gamma > 0 else None
+        return self._read()[0]
 
     def _read(self) -> tuple[SpecCounters | None, int | None]:
-        """Spec-decode counters and the number of engine steps so far, from one snapshot."""
-        metrics = self.llm.get_metrics()
-        steps = next((m.count for m in metrics if m.name == ITERATIONS), None)
-        spec = from_vllm_metrics(metrics) if self.settings.gamma > 0 else None
-        return spec, steps
+        """Spec-decode counters and the number of engine steps so far, from one snapshot of
+        this engine's own collectors (see :func:`_own_metrics`)."""
+        from prometheus_client import generate_latest
+        text = generate_latest(self._metrics).decode()
+        spec = (from_prometheus_text(text, source=f"the γ={self.settings.gamma} engine's "
+                                                  "own vLLM metrics")
+                if self.settings.gamma > 0 else None)
+        return spec, _histogram_count(text, ITERATIONS)
 
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int],
                  sampling: dict | list[dict] | None = None,
