@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed overhead serving book book-from-runs test test-fast test-data gpu-sweep references clean-book
+.PHONY: help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku overhead serving book book-from-runs test test-fast test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -68,6 +68,15 @@ measure-transformers: setup  ## the same grid on transformers' prompt lookup (ba
 # about 35 minutes on a 2-core CPU).
 measure-sealed: setup  ## a 2-thread SKU: calibration, sealed prediction, then its sweep (~35 min)
 	scripts/measure_sealed.sh 2 bfloat16
+
+# A CPU kind the store has not seen, the hard way: the kernel microbenchmark and the γ=0 arm
+# first, then every speculative cell predicted from the other SKUs and sealed, then the sweep
+# on measure-acceptance's grid (PROMPTS, REPS; calibration 3 repetitions) judged against it.
+# Measured on a 2-core Zen 3 (family 25, model 1) in float32 with PROMPTS=8 REPS=5: see README.
+DTYPE ?= float32
+measure-new-sku: setup  ## a new CPU kind: calibration, sealed prediction, full sweep (DTYPE, PROMPTS, REPS)
+	WORKLOADS=repeat,open,edit,specbench:multi-turn,specbench:translation,specbench:summarization,specbench:qa,specbench:math_reasoning,specbench:rag \
+	    PROMPTS=$(PROMPTS) REPS=$(REPS) CAL_REPS=3 scripts/measure_sealed.sh 1 $(DTYPE)
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli.main overhead

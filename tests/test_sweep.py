@@ -162,3 +162,69 @@ def test_a_transformers_sweep_resumes_as_one(model_dir):
                 "dtype": "bfloat16", "load": {"max_load": 2.0}, "model": {"path": str(model_dir)},
                 "engine": {"name": "transformers", "settings": {}}}
     assert sweep.SweepConfig.from_manifest(manifest).engine == "transformers"
+
+
+class OrderedEngine(standin_sweep.StandInEngine):
+    """The shared stand-in, logging which γ each timed call ran on; γ=4 fails on its third
+    call when ``fail_gamma4`` is set."""
+    log: list = []
+    fail_gamma4 = False
+
+    def generate(self, prompts, max_tokens, sampling=None, read_counters=True):
+        self.log.append(self.settings.gamma)
+        if self.fail_gamma4 and self.settings.gamma == 4 and self.log.count(4) == 3:
+            raise RuntimeError("γ=4 call failed")
+        return super().generate(prompts, max_tokens, sampling, read_counters)
+
+
+def _shared_sweep(tmp_path, model_dir, monkeypatch, **change):
+    OrderedEngine.log = []
+    monkeypatch.setattr(sweep, "Engine", OrderedEngine)
+    monkeypatch.setattr(sweep, "contract", standin_sweep.stand_in_contract)
+    cfg = sweep.SweepConfig(**{"model": str(model_dir), "gammas": (0, 2, 4), "batches": (1,),
+                               "workloads": ("repeat",), "prompts": 2, "reps": 3, "warmup": 0,
+                               "max_tokens": 8, "root": str(tmp_path / "runs"), **change})
+    return sweep.run_sweep(cfg, progress=False)
+
+
+def test_a_shared_base_times_the_base_once_per_unit_round_robin(tmp_path, model_dir,
+                                                                 monkeypatch):
+    run = _shared_sweep(tmp_path, model_dir, monkeypatch)
+    (key, part), = run.parts().items()
+    assert key == "g2+4-repeat-b1" and part["gammas"] == [2, 4]
+    # Two prompt groups × three repetitions, each on base, γ=2 and γ=4, rotated by one arm
+    # each repetition: no arm always follows the same other.
+    assert OrderedEngine.log == [0, 2, 4, 0, 2, 4, 2, 4, 0, 2, 4, 0, 4, 0, 2, 4, 0, 2]
+    assert sum(c["arm"] == "base" for c in part["calls"]) == 6
+    assert run.manifest["grid"]["shared_base"] is True
+    cells = run.table("cells.csv").set_index("gamma")
+    # The γ=0 row counts the shared base's repetitions once, and every cell is judged
+    # against that same base.
+    assert cells.loc[0, "n_reps"] == 3
+    assert cells.loc[2, "base_pot_ms"] == cells.loc[4, "base_pot_ms"] == cells.loc[0, "pot_ms"]
+    requests = run.table("requests.csv")
+    assert requests[requests["arm"] == "base"]["base_shared"].all()
+    assert len(run.table("reps.csv")) == 2 * 2 * 3      # γ>0 cells × arms × reps
+
+
+def test_a_failing_arm_leaves_the_unit_and_the_others_go_on(tmp_path, model_dir, monkeypatch):
+    OrderedEngine.fail_gamma4 = True
+    try:
+        run = _shared_sweep(tmp_path, model_dir, monkeypatch)
+    finally:
+        OrderedEngine.fail_gamma4 = False
+    cells = run.table("cells.csv").set_index("gamma")
+    assert cells.loc[4, "status"] == "failed" and "γ=4 call failed" in cells.loc[4, "error"]
+    assert cells.loc[2, "status"] == "ok" and cells.loc[2, "n_reps"] == 3
+    assert cells.loc[0, "status"] == "ok"
+
+
+def test_a_base_per_gamma_keeps_one_part_per_cell(tmp_path, model_dir, monkeypatch):
+    """Runs before the shared base (and their resumes) time a base beside each γ."""
+    run = _shared_sweep(tmp_path, model_dir, monkeypatch, shared_base=False)
+    assert set(run.parts()) == {"g2-repeat-b1", "g4-repeat-b1"}
+    assert OrderedEngine.log[:4] == [0, 2, 0, 2] and OrderedEngine.log.count(0) == 12
+    assert sweep.SweepConfig.from_manifest({**run.manifest, "grid": {
+        k: v for k, v in run.manifest["grid"].items() if k != "shared_base"}}).shared_base is False
+    cells = run.table("cells.csv").set_index("gamma")
+    assert cells.loc[0, "n_reps"] == 6          # two bases of three repetitions each

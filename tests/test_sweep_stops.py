@@ -25,10 +25,12 @@ from specbench.store.runs import open_run
 import standin_sweep
 
 HERE = Path(__file__).resolve().parent
-GRID = ["--gammas", "0,2,4", "--batches", "1", "--workloads", "repeat,open", "--reps", "2",
+GRID = ["--gammas", "0,2,4", "--batches", "1,4", "--workloads", "repeat,open", "--reps", "2",
         "--warmup", "0", "--max-tokens", "8"]
-CELLS = 4        # units of work: γ=2 and γ=4 × two workloads (γ=0 runs paired beside them)
-TABLE_CELLS = 6  # cells.csv adds the two γ=0 rows derived from the paired base calls
+# Units of work (parts): two workloads × two batches, each timing γ=0 (the shared base), γ=2
+# and γ=4 round-robin.
+CELLS = 4
+TABLE_CELLS = 12  # cells.csv: γ=2 and γ=4 of each unit, and the γ=0 row from its base calls
 
 
 def _env(**extra):
@@ -95,7 +97,8 @@ def test_sigkill_at_each_point_then_resume_completes(tmp_path, model, fault, par
     run = open_run(run_dir)
     assert run.complete and len(run.table("cells.csv")) == TABLE_CELLS
     assert (run.table("cells.csv")["status"] == "ok").all()
-    assert len(run.table("reps.csv")) == CELLS * 2 * 2   # cells × arms × reps
+    # units × γ>0 cells × arms (the shared base under each of its cells) × reps
+    assert len(run.table("reps.csv")) == CELLS * 2 * 2 * 2
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, model):
@@ -106,7 +109,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, model):
     assert stopped.returncode == 130, stopped.stderr[-2000:]
     assert "Traceback" not in stopped.stderr
     assert f"Resume with: specbench sweep --resume {run_dir}" in stopped.stderr
-    assert "2 of 4 cells kept" in stopped.stderr
+    assert "2 of 4 units (a workload and batch, every γ) kept" in stopped.stderr
     assert len(_parts(run_dir)) == 2 and not list(run_dir.rglob(".*.tmp"))
     resumed = _standin(["sweep", "--resume", str(run_dir)])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -132,7 +135,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, model):
     assert "Resume with: specbench sweep --resume" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("victim, parts_kept", [(".g4-open-b1.json.", 3),
+@pytest.mark.parametrize("victim, parts_kept", [(".g2+4-open-b4.json.", 3),
                                                 (".cells.csv.", CELLS)])
 def test_full_disk_names_the_file_and_keeps_earlier_parts(tmp_path, model, monkeypatch,
                                                           victim, parts_kept, capsys):
@@ -206,5 +209,5 @@ def test_cli_lists_each_failed_cell_and_exits_1(tmp_path, model):
     out = _standin(["sweep", *GRID, "--model", str(model), "--root", str(tmp_path / "runs")],
                    STANDIN_FAIL="start")
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "4 of 4 cells failed" in out.stderr
-    assert out.stderr.count("would not start") == 4
+    assert "8 of 8 cells failed" in out.stderr   # γ=2 and γ=4 of each of the four units
+    assert out.stderr.count("would not start") == 8

@@ -22,7 +22,7 @@ STORE = str(DEFAULT_ROOT)
 
 # The sweep flags a resumed run may not take: it keeps the settings it was started with.
 RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads", "--workload-file",
-                    "--prompts", "--temperatures", "--seed", "--unpaired", "--spec-bench",
+                    "--prompts", "--temperatures", "--seed", "--unpaired", "--base-per-gamma", "--spec-bench",
                     "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
                     "--cuda-graphs", "--async-scheduling", "--speculative-method",
                     "--judged-against"]
@@ -69,6 +69,10 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=cliargs.nonnegative_int, default=0, help="seed of the temperature cells (0)")
     p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
                    "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
+    p.add_argument("--base-per-gamma", action="store_true", help="one γ at a time, each "
+                   "beside its own γ=0 calls (runs before 2026-12-01), instead of one γ=0 arm "
+                   "shared round-robin by every γ's engine, all alive at once (a third less "
+                   "time with three γ; on a GPU, memory for every engine)")
     p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file, help="Spec-Bench question file "
                    "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
     p.add_argument("--max-tokens", type=cliargs.positive_int, default=128,
@@ -117,7 +121,8 @@ def config_from_args(args):
                        warmup=args.warmup, reps=args.reps, dtype=args.dtype,
                        root=str(args.root),
                        notes=args.notes, prompts=args.prompts, temperatures=args.temperatures,
-                       seed=args.seed, paired=not args.unpaired, spec_bench_path=args.spec_bench,
+                       seed=args.seed, paired=not args.unpaired,
+                       shared_base=not args.base_per_gamma, spec_bench_path=args.spec_bench,
                        enforce_eager=not args.cuda_graphs,
                        async_scheduling=args.async_scheduling,
                        speculative_method=args.speculative_method,
@@ -329,8 +334,8 @@ def _sweep(parser: argparse.ArgumentParser, args) -> int:
     try:
         run = run_sweep(cfg, resume=args.resume)
     except SweepInterrupted as stop:
-        print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} cells "
-              f"kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
+        print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} "
+              f"{stop.unit} kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:  # before the run folder existed (hardware probe, roofline)
         print("\nspecbench: interrupted before the run started; nothing was written",

