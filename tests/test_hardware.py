@@ -162,3 +162,14 @@ def test_engine_cores_follow_the_thread_bind():
     auto = {"vllm_cpu_omp_threads_bind": "auto", "vllm_cpu_num_of_reserved_cpu": "default",
             "cpu_affinity": 2}
     assert len(engine_cores(auto)) == cpu_threads(auto)
+
+
+@pytest.mark.parametrize("flags, native", [
+    ("fpu sse2 avx2 fma avx512f avx512_bf16", True),    # Zen 4, Zen 5: AVX-512 BF16
+    ("fpu sse2 avx2 amx_tile amx_bf16", True),           # Sapphire Rapids: AMX
+    ("fp asimd sve bf16", True),                         # Arm's BF16 extension
+    ("fpu sse2 avx2 fma vaes vpclmulqdq", False),        # Zen 3: AVX2 only
+    ("", False),
+])
+def test_native_bf16_reads_the_cpu_flags(flags, native):
+    assert hardware.native_bf16(flags) is native

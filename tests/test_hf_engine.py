@@ -122,10 +122,10 @@ def repeat_prompt():
 
 
 @pytest.fixture(scope="module")
-def bf16(repeat_prompt):
+def hf_engines(repeat_prompt, engine_dtype):
     from specbench.engine.assets import embedded_model_dir
     model = str(embedded_model_dir())
-    engines = {g: TransformersEngine(HFEngineSettings(model=model, gamma=g, dtype="bfloat16"))
+    engines = {g: TransformersEngine(HFEngineSettings(model=model, gamma=g, dtype=engine_dtype))
                for g in (0, 4)}
     prompt = engines[4].encode_chat(repeat_prompt.messages, repeat_prompt.continue_final)
     gens = {g: e.generate([prompt], TOKENS) for g, e in engines.items()}
@@ -135,9 +135,9 @@ def bf16(repeat_prompt):
 
 
 @pytest.mark.engine
-def test_counter_identity_accepted_plus_steps_is_output(bf16):
+def test_counter_identity_accepted_plus_steps_is_output(hf_engines):
     from specbench.measure.sweep_tables import decode_steps
-    _, _, gens = bf16
+    _, _, gens = hf_engines
     gen = gens[4]
     c = gen.counters
     assert gen.output_tokens == [TOKENS]
@@ -154,8 +154,8 @@ def test_counter_identity_accepted_plus_steps_is_output(bf16):
 
 
 @pytest.mark.engine
-def test_repetitive_prompt_is_accepted_and_faster_per_step(bf16):
-    _, _, gens = bf16
+def test_repetitive_prompt_is_accepted_and_faster_per_step(hf_engines):
+    engines, _, gens = hf_engines
     c = gens[4].counters
     assert c.draft_tokens > 0 and c.acceptance_rate > 0.5, c
     assert gens[4].iterations < gens[0].iterations
@@ -166,12 +166,13 @@ def test_repetitive_prompt_is_accepted_and_faster_per_step(bf16):
                                                             gens[4].token_ids[0])) if a != b),
                           None)
     if first_mismatch is not None:   # bf16 near-ties: numerics, reported, not a failure
-        warnings.warn(f"bf16 γ=4 output differs from γ=0 at token {first_mismatch}")
+        warnings.warn(f"{engines[4].settings.dtype} γ=4 output differs from γ=0 at token "
+                      f"{first_mismatch}")
 
 
 @pytest.mark.engine
-def test_counters_are_read_in_line_and_batches_refused(bf16):
-    engines, prompt, gens = bf16
+def test_counters_are_read_in_line_and_batches_refused(hf_engines):
+    engines, prompt, gens = hf_engines
     engine = engines[4]
     assert isinstance(engine, SpecEngine)
     before = engine.counters()

@@ -236,9 +236,9 @@ def _alive(pids):
 
 
 @pytest.fixture(scope="module")
-def spec_server(tmp_path_factory):
+def spec_server(tmp_path_factory, engine_dtype):
     """One speculating server (γ=2) shared by the engine tests of this module."""
-    with Server(EngineSettings(model=_model(), gamma=2),
+    with Server(EngineSettings(model=_model(), gamma=2, dtype=engine_dtype),
                 log_dir=tmp_path_factory.mktemp("server")) as server:
         yield server
     assert not _alive(server.pids), "server processes outlived the fixture"
@@ -295,11 +295,12 @@ def test_spec_bench_category_through_the_clients_own_dataset(spec_server, tmp_pa
 
 @pytest.mark.engine
 def test_killing_the_server_mid_load_is_a_clear_error_and_leaves_no_process(
-        repeat_dataset, tmp_path):
+        repeat_dataset, tmp_path, engine_dtype):
     load = LoadDefinition(workloads=("repeat",), num_prompts=6, output_len=200,
                           slo=SLO(60_000, 10_000))
     with pytest.raises(ServerError, match=r"exited with code -9 during the load \(repeat"):
-        with Server(EngineSettings(model=_model(), gamma=0), log_dir=tmp_path) as server:
+        with Server(EngineSettings(model=_model(), gamma=0, dtype=engine_dtype),
+                    log_dir=tmp_path) as server:
             pids = set(server.pids)
             killer = threading.Timer(4.0, os.kill, (server.proc.pid, signal.SIGKILL))
             killer.start()
@@ -313,11 +314,12 @@ def test_killing_the_server_mid_load_is_a_clear_error_and_leaves_no_process(
 
 
 @pytest.mark.engine
-def test_a_terminated_harness_takes_its_server_with_it(tmp_path):
+def test_a_terminated_harness_takes_its_server_with_it(tmp_path, engine_dtype):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
     cmd = [sys.executable, "-m", "specbench.cli.main", "serve-bench", "--gammas", "0",
            "--workloads", "repeat", "--concurrencies", "1", "--request-rates", "",
-           "--num-prompts", "8", "--output-len", "200", "--root", str(tmp_path / "runs")]
+           "--num-prompts", "8", "--output-len", "200", "--dtype", engine_dtype,
+           "--root", str(tmp_path / "runs")]
     harness = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     seen: set[int] = set()
