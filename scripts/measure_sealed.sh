@@ -4,8 +4,9 @@
 #   scripts/measure_sealed.sh [THREADS] [DTYPE]
 #   PROMPTS=8 REPS=5 CAL_REPS=3 WORKLOADS=... scripts/measure_sealed.sh 1 float32
 #
-# The SKU is this CPU with THREADS engine threads and DTYPE: with one thread vLLM's default
-# (core 0, one core reserved), with more bound to cores 0..THREADS-1, none reserved. Its
+# The SKU is this CPU with THREADS engine threads and DTYPE: with one thread, vLLM's default
+# binding (one core reserved; on a 2-core machine, one thread on core 0), with more bound to
+# cores 0..THREADS-1, none reserved. Its
 # calibration — the kernel microbenchmark and a sweep of the γ=0 arm — comes first;
 # `specbench predict` then seals the predicted latency of every speculative cell from the
 # other SKUs in the store; only then does the SKU's sweep start, judged against that run.

@@ -192,9 +192,9 @@ def test_a_shared_base_times_the_base_once_per_unit_round_robin(tmp_path, model_
     run = _shared_sweep(tmp_path, model_dir, monkeypatch)
     (key, part), = run.parts().items()
     assert key == "g2+4-repeat-b1" and part["gammas"] == [2, 4]
-    # Two prompt groups × three repetitions, each on base, γ=2 and γ=4, rotated by one arm
-    # each repetition: no arm always follows the same other.
-    assert OrderedEngine.log == [0, 2, 4, 0, 2, 4, 2, 4, 0, 2, 4, 0, 4, 0, 2, 4, 0, 2]
+    # Two prompt groups × three repetitions, each round on base, γ=2 and γ=4 in the next
+    # balanced order, base first: no arm always follows the same other.
+    assert OrderedEngine.log == [0, 2, 4, 2, 4, 0, 4, 0, 2, 4, 2, 0, 0, 4, 2, 2, 0, 4]
     assert sum(c["arm"] == "base" for c in part["calls"]) == 6
     assert run.manifest["grid"]["shared_base"] is True
     cells = run.table("cells.csv").set_index("gamma")
@@ -205,6 +205,17 @@ def test_a_shared_base_times_the_base_once_per_unit_round_robin(tmp_path, model_
     requests = run.table("requests.csv")
     assert requests[requests["arm"] == "base"]["base_shared"].all()
     assert len(run.table("reps.csv")) == 2 * 2 * 3      # γ>0 cells × arms × reps
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_balanced_orders_put_every_arm_after_every_other_equally_often(n):
+    orders = sweep.balanced_orders(n)
+    assert orders[0][0] == 0                                     # the base first
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(n - 1)]
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert len({follows.count(p) for p in pairs}) <= 1          # each ordered pair alike
+    assert all(len({o[i] for o in orders}) == n for i in range(n))  # every arm at every place
 
 
 def test_a_failing_arm_leaves_the_unit_and_the_others_go_on(tmp_path, model_dir, monkeypatch):

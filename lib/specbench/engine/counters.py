@@ -20,9 +20,11 @@ that needs to tell "no draft" from "drafts all rejected" reads ``draft_tokens ==
 
 Readers:
 
-* :func:`from_vllm_metrics` — ``LLM.get_metrics()`` objects (V1 engine, offline);
+* :func:`from_vllm_metrics` — ``LLM.get_metrics()`` objects (V1 engine, offline; the whole
+  process's registry, which holds only the newest engine's counters);
 * :func:`from_prometheus_text` — a server's ``/metrics`` text, V1 names (``<name>_total``
-  beside a ``<name>_created`` series) or the older V0 names.
+  beside a ``<name>_created`` series) or the older V0 names; the offline engine adapter reads
+  its own collectors through it too (:mod:`specbench.engine.vllm_engine`).
 
 A metric that is absent is an error, not a zero: vLLM omits the spec-decode metrics entirely
 when speculation is off or stats logging is disabled, and a zero would read as "nothing was

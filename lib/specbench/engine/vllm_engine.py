@@ -55,6 +55,8 @@ class EngineSettings:
     # A named fix of the installed engine, applied by the project's vLLM general plugin
     # (specbench.engine.patch): None runs the engine as released.
     engine_patch: str | None = None
+    # GPU: the share of its memory this engine may take (None: vLLM's default, for one engine).
+    gpu_memory_utilization: float | None = None
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -90,8 +92,10 @@ class EngineSettings:
                       enforce_eager=self.enforce_eager, async_scheduling=self.async_scheduling,
                       enable_prefix_caching=self.enable_prefix_caching, seed=self.seed,
                       max_num_seqs=self.max_num_seqs, load_format=self.load_format,
-                      # Without stats logging get_metrics() has no spec-decode counters.
+                      # Without stats logging vLLM keeps no spec-decode counters.
                       disable_log_stats=False)
+        if self.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
         if self.profiler_dir:
             kwargs["profiler_config"] = {
                 "profiler": "torch", "torch_profiler_dir": self.profiler_dir,

@@ -3,8 +3,8 @@
 vLLM fixes γ per instance, so each γ has its own engine. By default (a shared base) the engines
 of every γ and one γ=0 engine stay alive together, and each (workload, batch, temperature) is a
 unit of work: warmup calls, then timed repetitions whose calls go round the arms (base, γ=2,
-γ=4, γ=6, the order rotated each repetition). Otherwise one γ runs at a time beside its own
-paired γ=0 calls. Each call records its decode window (prefill excluded), TTFT, output tokens
+γ=4, γ=6) in balanced orders (:func:`balanced_orders`). Otherwise one γ runs at a time beside
+its own paired γ=0 calls. Each call records its decode window (prefill excluded), TTFT, output tokens
 and the spec-decode counter delta read around that very call. Each finished unit is written at
 once as a part of the run, so a killed sweep resumes from its last completed unit; an arm whose
 engine fails is recorded as failed and the sweep goes on. When every unit is done the run's
@@ -32,7 +32,8 @@ from specbench.store.contract import contract
 from specbench.store.load import ForeignCpu
 from specbench.store.runs import Run, create_run, open_run
 
-__all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "SweepInterrupted", "run_sweep", "finalize"]
+__all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "balanced_orders",
+           "SweepInterrupted", "run_sweep", "finalize"]
 
 def make_engine(cfg: SweepConfig, model: str, gamma: int):
     """One engine of the sweep's kind at speculation length γ (the same interface either way:
@@ -42,7 +43,18 @@ def make_engine(cfg: SweepConfig, model: str, gamma: int):
         return TransformersEngine(HFEngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
                                                    seed=cfg.seed))
     return Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
+                                 gpu_memory_utilization=_gpu_share(cfg),
                                  **cfg.engine_options()))
+
+
+def _gpu_share(cfg: SweepConfig) -> float | None:
+    """On a GPU, each live engine's share of its memory: vLLM's default (0.9) is for one
+    engine, and a sweep keeps the base beside one γ, or beside every γ with a shared base."""
+    from specbench.engine.hardware import on_gpu
+    if not on_gpu():
+        return None
+    alive = 1 + sum(g > 0 for g in cfg.gammas) if cfg.shares_base() else 1 + cfg.paired
+    return round(0.85 / alive, 3)
 
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
@@ -83,7 +95,7 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                         "their median: flagged, kept out of the fit of h",
             "base_pot_ms": ("the same for the γ=0 calls interleaved round-robin with every "
                             "γ's calls of the same workload and batch (one shared base arm; "
-                            "the order rotated each repetition)" if cfg.shares_base() else
+                            "in balanced orders)" if cfg.shares_base() else
                             "the same for the paired γ=0 calls interleaved with the cell's"),
             "speedup": "base_pot_ms / pot_ms (paired)" if cfg.paired
                        else "γ=0 cell's pot_ms / pot_ms",
@@ -166,14 +178,34 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
     return call
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of ``n`` arms in which every arm runs right after every other equally often and
+    takes every position equally often (a Williams Latin square: ``n`` rows for even ``n``,
+    ``2n`` for odd); the first row begins with arm 0 (the base). Rotating one order would
+    keep each arm's predecessor: any carry-over from the call before would then fall on the
+    same arm every time."""
+    first, low, high = [0], 1, n - 1
+    for k in range(1, n):
+        if k % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    rows = [[(a + i) % n for a in first] for i in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
 def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cfg: SweepConfig,
               progress=None, temperature: float = 0.0, interrupts=None,
-              rotate: bool = False) -> dict:
+              balanced: bool = False) -> dict:
     """Warmup, then ``cfg.reps`` repetitions of every prompt group on every arm, interleaved:
-    for each group the arms (``(arm, γ, engine)``, the base first) take turns. With ``rotate``
-    the order moves by one each repetition, so no arm always runs right after the same other.
-    A speculative arm whose call fails leaves the unit and is recorded in ``failed`` while the
-    others go on; a failing base arm, or the last speculative one, fails the unit."""
+    for each group the arms (``(arm, γ, engine)``, the base first) take turns. With
+    ``balanced`` each round (a group in a repetition) takes the next of
+    :func:`balanced_orders`, the base first in the first round; otherwise always the given
+    order. A speculative arm whose call fails leaves the unit and is recorded in ``failed``
+    while the others go on; a failing base arm, or the last speculative one, fails the unit
+    (the exception carries ``failed`` as ``unit_failed``)."""
     source = cfg.source(workload)
     requests, prompts = _select(arms[0][2], source, cfg, batch)
     groups = [list(range(i, min(i + batch, len(requests))))
@@ -187,6 +219,7 @@ def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cf
         except Exception as exc:
             if (interrupts is not None and interrupts.seen) or arm == "base" or \
                     sum(a == "spec" for a, *_ in live) == 1:
+                exc.unit_failed = dict(failed)
                 raise
             failed[str(gamma)] = _error(exc)
             live.remove((arm, gamma, engine))
@@ -198,10 +231,11 @@ def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cf
             call(*arm, -1, 0, groups[0])
     faults.point("mid-cell")
     calls = []
+    orders = balanced_orders(len(arms)) if balanced else [list(range(len(arms)))]
     for rep in range(cfg.reps):
         for index, group in enumerate(groups):
-            shift = rep % len(live) if rotate else 0
-            for arm in live[shift:] + live[:shift]:  # interleaved: base, spec, base, spec …
+            order = orders[(rep * len(groups) + index) % len(orders)]
+            for arm in (arms[i] for i in order):  # interleaved: base, spec, base, spec …
                 if arm in live and (record := call(*arm, rep, index, group)) is not None:
                     calls.append(record)
         if progress is not None:
@@ -318,7 +352,9 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
                     else:
                         record.update(gamma=gamma, workload=w, batch=b, temperature=t,
                                       engine_startup_s=round(engine.startup_s, 2),
-                                      prompt_format=getattr(engine, "prompt_format", ""))
+                                      # the engine that tokenized the prompts
+                                      prompt_format=getattr(base if gamma > 0 and base
+                                                            else engine, "prompt_format", ""))
                     run.write_part(cell_key(gamma, w, b, t), record)
                     bar.update()
     finally:
@@ -342,6 +378,8 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
                 start_failed[str(gamma)] = _error(exc)
+                if gamma == 0:
+                    break   # nothing can run without the base: no other engine is started
         faults.point("after-engine-start")
         for gammas, w, b, t in todo:
             alive = [g for g in gammas if g in engines]
@@ -351,17 +389,20 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
             else:
                 arms = [("base", 0, engines[0])] + [("spec", g, engines[g]) for g in alive]
                 try:
-                    record = _run_unit(arms, w, b, cfg, bar, t, interrupts, rotate=True)
+                    record = _run_unit(arms, w, b, cfg, bar, t, interrupts, balanced=True)
                 except Exception as exc:  # noqa: BLE001
                     if interrupts.seen:
                         raise KeyboardInterrupt from exc
-                    record = {"status": "failed", **_error(exc)}
+                    record = {"status": "failed", **_error(exc),
+                              "failed": getattr(exc, "unit_failed", {})}
                 else:
                     record.update(engine_startup_s={str(g): round(engines[g].startup_s, 2)
                                                     for g in (0, *alive)},
                                   prompt_format=getattr(engines[0], "prompt_format", ""),
-                                  arm_order="round robin, base first, rotated by one arm "
-                                            "each repetition")
+                                  arm_order="balanced: each round (a prompt group in a "
+                                            "repetition) takes the next row of a Williams "
+                                            "Latin square over the arms, base first in the "
+                                            "first")
             # An arm that never started says so in every unit, whatever else failed there.
             record["failed"] = {**{str(g): start_failed[str(g)] for g in gammas
                                    if str(g) in start_failed}, **record.get("failed", {})}

@@ -41,10 +41,11 @@ class SweepConfig:
     paired: bool = True
     # Shared baseline (paired only): every γ's engine stays alive at once and each (workload,
     # batch, temperature) is one unit of work whose calls go round the arms — base, γ=2, γ=4,
-    # γ=6, the order rotated by one each repetition — so the γ=0 arm is timed once per unit,
+    # γ=6 in balanced orders (sweep.balanced_orders) — so the γ=0 arm is timed once per unit,
     # not once per γ (a third less machine time with three γ), and every γ of a unit is judged
     # against the same baseline. False: one γ at a time with its own base calls (every run
-    # before 2026-12-01). All engines in memory at once: on a GPU size each engine's share.
+    # whose manifest has no grid/shared_base). All engines are in memory at once (on a GPU
+    # each takes an equal share, sweep._gpu_share).
     shared_base: bool = True
     spec_bench_path: str | None = None
     # Engine execution mode (recorded in the manifest): eager is the paper's default; graph
@@ -142,8 +143,9 @@ class SweepConfig:
         return str(embedded_model_dir())
 
     def cells(self) -> list[tuple[int, str, int, float]]:
-        """The cells measured as units of work. Paired, the γ=0 row of each (workload,
-        batch, temperature) is derived from the base calls of its γ>0 cells."""
+        """The measured cells (the units of work without a shared base, :meth:`units`).
+        Paired, the γ=0 row of each (workload, batch, temperature) is derived from the base
+        calls of its γ>0 cells."""
         gammas = [g for g in self.gammas if g > 0] if self.paired and max(self.gammas) > 0 \
             else list(self.gammas)
         return [(g, w, b, float(t)) for g in gammas for w in self.workloads

@@ -71,8 +71,16 @@ def shortfall_split(cells: pd.DataFrame, workload: str = "repeat") -> pd.DataFra
 
 
 def step_counts(reps: pd.DataFrame) -> pd.DataFrame:
-    """Per cell of one run's ``reps.csv``: decoded tokens, decode steps, drafting steps and
-    the share of steps that drafted (definitions in :class:`specbench.engine.counters.DecodeTally`)."""
+    """Per greedy cell of one run's ``reps.csv``: decoded tokens, decode steps, drafting steps
+    and the share of steps that drafted (definitions in
+    :class:`specbench.engine.counters.DecodeTally`). Only the speculative arm's repetitions
+    count (a paired run's base rows have no drafts), and each repetition row is taken to hold
+    one call of ``batch`` requests — true of the one-prompt runs this is used on; a run with
+    more prompts than its batch has these counts per cell in its cells.csv."""
+    if "arm" in reps:
+        reps = reps[reps["arm"].fillna("spec") == "spec"]
+    if "temperature" in reps:
+        reps = reps[reps["temperature"].fillna(0) == 0]
     rows = []
     for key, r in reps.groupby(KEY):
         counters = SpecCounters(int(r["drafts"].sum()), int(r["draft_tokens"].sum()),

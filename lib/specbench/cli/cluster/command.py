@@ -45,8 +45,8 @@ def add_arguments(parser) -> None:
                      metavar=("NAME", "VALUES"), help="a grid axis: a Python list, one task per "
                      "element; several axes multiply")
     sub.add_argument("--split-gamma", action="store_true",
-                     help="one task per γ (each keeps the γ=0 baseline): more engine starts, "
-                          "shorter tasks")
+                     help="one task per γ (each re-measures the γ=0 baseline, so no shared "
+                          "base): more base arms, shorter tasks, one γ's engine in memory")
     sub.add_argument("--root", default=str(DEFAULT_ROOT),
                      help="run store on the shared filesystem (default: the checkout's runs/)")
     sub.add_argument("--folder", help="submission folder: logs, run records, submission.json "

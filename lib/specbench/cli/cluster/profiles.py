@@ -126,10 +126,11 @@ def notebook_parameters(name: str) -> dict:
 
 
 def split_gammas(gammas) -> list[list[int]]:
-    """One γ group per task. vLLM fixes γ per engine, so a sweep restarts its engine for every γ
-    anyway; split, each task pays one more engine start and re-measures the γ=0 baseline its
-    speedups need (kept in every group). That pays when the whole grid would outlast the
-    partition's time limit, or when idle nodes would otherwise wait."""
+    """One γ group per task. Split, a sweep gives up its shared base: each task re-measures
+    the γ=0 baseline its speedups need (kept in every group), so the grid costs n−1 more base
+    arms and the γ of one workload are judged against different baselines. That pays when the
+    whole grid would outlast the partition's time limit, when idle nodes would otherwise wait,
+    or when one node cannot hold every γ's engine at once."""
     others = [g for g in gammas if g != 0]
     if not others:
         return [list(gammas)]
