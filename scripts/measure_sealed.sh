@@ -27,7 +27,10 @@ fi
 $py -m specbench.cli.main microbench --dtype "$dtype"
 calibration=$($py -m specbench.cli.main sweep --gammas 0 "${grid[@]}" --reps "${CAL_REPS:-2}" \
     --notes "calibration for a sealed prediction: the γ=0 arm only ($threads engine threads)" | tail -1)
-prediction=$($py -m specbench.cli.main predict --calibration "$calibration" | head -1)
+# The first line of predict's output is the run's folder (not `| head -1`: closing the pipe
+# early makes predict's second print fail, after the run is already sealed).
+predicted=$($py -m specbench.cli.main predict --calibration "$calibration")
+prediction=${predicted%%$'\n'*}
 $py -m specbench.cli.main sweep --gammas 0,2,4,6 "${grid[@]}" --reps "${REPS:-2}" \
     --judged-against "$prediction" \
     --notes "judged against the sealed prediction $prediction ($threads engine threads)"
