@@ -143,3 +143,15 @@ def test_transfer_predictions_match_the_leave_one_out_rows():
     again = transfer.transfer_predictions(target, lenders)
     assert again["model_pot_ms"].iloc[0] == pytest.approx(row["model_pot_ms"])
     assert again["ratio_pot_ms"].iloc[0] == pytest.approx(row["ratio_pot_ms"])
+
+
+def test_drift_scaled_rescales_by_the_sweeps_own_base():
+    """A γ=0 arm that ran 20 % slower in the sweep than in the calibration: the predictions,
+    scaled by it, are judged as if the calibration had held (hand-computed)."""
+    judged = pd.DataFrame({"t_base_ms": [100.0, 50.0], "sweep_t_base_ms": [120.0, None],
+                           "model_pot_ms": [40.0, 20.0], "ratio_pot_ms": [50.0, 25.0],
+                           "pot_ms": [48.0, 20.0]})
+    scaled = sealed.drift_scaled(judged)
+    assert len(scaled) == 1                                   # no sweep base: left out
+    assert scaled["model_scaled_err_pct"].iloc[0] == pytest.approx(0.0)    # 40·1.2 = 48
+    assert scaled["ratio_scaled_err_pct"].iloc[0] == pytest.approx(25.0)   # 60 vs 48

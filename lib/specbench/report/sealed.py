@@ -20,9 +20,13 @@ from specbench.store.runs import RunSchemaError, load_runs, open_run
 from specbench.theory import model
 from specbench.report.transfer import KEY, transfer_predictions
 
-__all__ = ["PREDICTIONS", "calibration_cells", "predict", "judged"]
+__all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "calibration_cells", "predict", "judged",
+           "drift_scaled"]
 
 PREDICTIONS = "predictions.csv"
+#: Beyond this median drift of a SKU's γ=0 arm between its calibration and its judged sweep,
+#: the sealed t_base is taken not to have held (the repetitions of one cell spread about 5 %).
+MAX_T_BASE_DRIFT_PCT = 5.0
 
 
 def calibration_cells(sweep: pd.DataFrame, verify: pd.DataFrame,
@@ -86,6 +90,12 @@ def judged(root, cells: pd.DataFrame) -> pd.DataFrame:
                              & (cells["temperature"] == 0),
                              ["sku", *KEY, "pot_ms", "alpha", "unstable"]]
         both = measured.merge(table, on=KEY, how="inner")
+        # The sweep measures the SKU's γ=0 arm again: if it moved since the calibration, the
+        # sealed t_base did not hold and the miss is not all the model's (see drift_scaled).
+        base = cells.loc[(cells["run_id"] == sweep.run_id) & (cells["gamma"] == 0)
+                         & (cells["temperature"] == 0), ["workload", "batch", "pot_ms"]]
+        both = both.merge(base.rename(columns={"pot_ms": "sweep_t_base_ms"}),
+                          on=["workload", "batch"], how="left")
         both["prediction_run"] = manifest["run_id"]
         both["sealed_at"] = manifest["finished_at"]
         both["measured_from"] = sweep.manifest["started_at"]
@@ -95,4 +105,19 @@ def judged(root, cells: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True)
     out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["pot_ms"])
     out["ratio_err_pct"] = model.cell_errors(out["ratio_pot_ms"], out["pot_ms"])
+    out["t_base_drift_pct"] = (out["sweep_t_base_ms"] / out["t_base_ms"] - 1) * 100
     return out
+
+
+def drift_scaled(judged: pd.DataFrame) -> pd.DataFrame:
+    """A diagnostic made after measurement, never sealed: both predictions scaled by the
+    ratio of the sweep's own γ=0 latency to the calibration's (proportional, so the
+    microbenchmark's absolute verify time scales too — an approximation), with their errors
+    (``model_scaled_err_pct``, ``ratio_scaled_err_pct``). It separates a calibration that
+    did not hold from a model that did not transfer."""
+    judged = judged.dropna(subset=["sweep_t_base_ms"])
+    scale = judged["sweep_t_base_ms"] / judged["t_base_ms"]
+    return judged.assign(model_scaled_err_pct=model.cell_errors(
+        judged["model_pot_ms"] * scale, judged["pot_ms"]),
+        ratio_scaled_err_pct=model.cell_errors(judged["ratio_pot_ms"] * scale,
+                                               judged["pot_ms"]))
