@@ -1,5 +1,6 @@
 """Claims are judged on every SKU: a store in which one claim turns false on a single SKU (and
 stays as it was on the rest) changes the sentence to name that SKU."""
+import json
 import shutil
 import stat
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 
 from specbench.report.analysis import sweep_cells
 from specbench.report.chapters import accuracy, base, regimes, story
+from specbench.store.runs import sha256_file
 
 pytestmark = pytest.mark.data
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +41,18 @@ def _rewrite(store: Path, cells: pd.DataFrame, new_pot: pd.Series) -> None:
                    & (table.get("temperature", 0.0) == cell["temperature"]))
             table.loc[hit, "pot_ms"] = new_pot[cell.name]
         table.to_csv(path, index=False)
+        _rerecord_checksum(path)
+
+
+def _rerecord_checksum(table: Path) -> None:
+    """The copy's manifest records the edited table's checksum: the edit is the test's
+    premise, not the corruption the store's integrity check exists to catch."""
+    manifest_path = table.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if table.name in manifest.get("files", {}):
+        manifest["files"][table.name] = {"sha256": sha256_file(table),
+                                         "bytes": table.stat().st_size}
+        manifest_path.write_text(json.dumps(manifest, indent=2))
 
 
 def _named_as_exception(sentence: str, sku: str) -> bool:
