@@ -77,7 +77,8 @@ measure-sealed: setup  ## a 2-thread SKU: calibration, sealed prediction, then i
 # A CPU kind the store has not seen, the hard way: the kernel microbenchmark and the γ=0 arm
 # first, then every speculative cell predicted from the other SKUs and sealed, then the sweep
 # on measure-acceptance's grid (PROMPTS, REPS; calibration 3 repetitions) judged against it.
-# Expected on a 2-core Zen 3 (family 25, model 1) in float32 with PROMPTS=8 REPS=5: about 4.5 h.
+# Measured on a 2-core Zen 3 (family 25, model 1) in float32 with PROMPTS=8 REPS=5: calibration
+# 41 min, sweep about 4.7 h (a Spec-Bench unit 15–30 min at batch 1, 'rag' 40) — about 5.5 h.
 DTYPE ?= float32
 measure-new-sku: setup  ## a new CPU kind: calibration, sealed prediction, full sweep (DTYPE, PROMPTS, REPS)
 	WORKLOADS=repeat,open,edit,specbench:multi-turn,specbench:translation,specbench:summarization,specbench:qa,specbench:math_reasoning,specbench:rag \
