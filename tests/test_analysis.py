@@ -6,6 +6,7 @@ import pytest
 from specbench.report import analysis
 
 from specbench.report import charts
+from specbench.report.chapters.base import first_sku
 from specbench.store.runs import load_runs
 
 
@@ -37,10 +38,16 @@ def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
 
 
 def test_blind_model_fails_on_open_more_than_eq1(cells):
+    """The claim the prose makes (Table 1's sentence): on the SKU it quotes, the blind model
+    errs more on 'open' than eq. 1. It is not true on every SKU — on the Zen 3 in float32
+    eq. 1's roofline d over-charges 'open' (85 % against the blind model's 78 %) — so on every
+    SKU only the blind model's own failure is asserted (it predicts a speedup that never comes)."""
     table = analysis.accuracy_table(cells)
+    quoted = first_sku(cells)["sku_label"].iloc[0]
+    row = table.loc[(quoted, "all", "open")]
+    assert row["acceptance-blind MAPE %"] > row["eq. 1 MAPE %"]
     for sku in cells["sku_label"].unique():
-        row = table.loc[(sku, "all", "open")]
-        assert row["acceptance-blind MAPE %"] > row["eq. 1 MAPE %"]
+        assert table.loc[(sku, "all", "open")]["acceptance-blind MAPE %"] > 50
 
 
 def test_every_chart_builds_to_a_vega_lite_spec(cells):
