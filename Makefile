@@ -99,7 +99,7 @@ test: setup  ## the whole test suite (engine smoke, nbval, browser) on a fresh c
 	scripts/setup.sh --browser
 	scripts/build_book.sh
 	$(PY) -m pytest -p no:cacheprovider --nbval --nbval-sanitize-with tests/nbval/sanitize.cfg \
-	    tests; rc=$$?; \
+	    --durations=25 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup  ## the layering contract and the unit tests: no engine, notebooks, browser or runs/
