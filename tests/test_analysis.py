@@ -41,7 +41,8 @@ def test_blind_model_fails_on_open_more_than_eq1(cells):
     """The claim the prose makes (Table 1's sentence): on the SKU it quotes, the blind model
     errs more on 'open' than eq. 1. It is not true on every SKU — on the Zen 3 in float32
     eq. 1's roofline d over-charges 'open' (85 % against the blind model's 78 %) — so on every
-    SKU only the blind model's own failure is asserted (it predicts a speedup that never comes)."""
+    SKU only the blind model's own failure is asserted (it predicts a speedup that never comes);
+    the chapter names the exception (``open_over_skus``, tested below)."""
     table = analysis.accuracy_table(cells)
     quoted = first_sku(cells)["sku_label"].iloc[0]
     row = table.loc[(quoted, "all", "open")]
@@ -72,3 +73,26 @@ def test_manifest_table_lists_every_run():
     assert table["engine"].str.match(r"(vllm|transformers)").all()
     hf = table["SKU"].str.endswith("-hf")
     assert table.loc[hf, "engine"].str.startswith("transformers").all()
+
+
+def _open_cells(rows):
+    import pandas as pd
+    return pd.DataFrame(rows, columns=["sku_label", "batch", "gamma", "workload",
+                                       "err_eq1_pct", "err_blind_pct"])
+
+
+def test_the_open_sentence_names_each_sku_where_eq1_loses_and_why_only_when_shown():
+    from specbench.report.chapters.accuracy import open_over_skus
+    a = [("A", 1, 2, "open", 5, -60), ("A", 4, 2, "open", 10, -70)]
+    assert open_over_skus(_open_cells(a)).endswith("on 1 of 1, and with batch 4 included on "
+                                                  "every one")
+    # B: eq. 1 wins at batch 1 but over-predicts batch 4 by 250 % -> named, with the reason.
+    b = a + [("B", 1, 2, "open", 10, -60), ("B", 4, 2, "open", 250, -70),
+             ("B", 1, 4, "open", -2, -80), ("A", 1, 4, "repeat", 300, 0)]
+    text = open_over_skus(_open_cells(b))
+    assert "at batch 1 on 2 of 2" in text and "on 1 of them, against the paper's claim: B (" in text
+    assert "over-predicts every cell, by up to 250 percent" in text and "A (" not in text
+    # C: loses at batch 1 too -> named, but no roofline reason is claimed.
+    c = a + [("C", 1, 2, "open", 90, -60), ("C", 4, 2, "open", 90, -70)]
+    text = open_over_skus(_open_cells(c))
+    assert "at batch 1 on 1 of 2" in text and "C (eq. 1 90.0 percent, the blind model 65.0)" in text
