@@ -22,7 +22,7 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # GPU or a CPU with native bf16, float32 on one without (an AVX2-only Zen 3 runs bfloat16
 # through a slow fallback); BOOK_DTYPE=... overrides.
 BOOK_DTYPE ?=
-measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~13 min)
+measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~13 min on a 2-core Zen 4 in bf16, 34 on a Zen 3 in fp32)
 	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
 	    -p max_tokens 64 -p reps 3 -p dtype $$dtype && \
