@@ -1,6 +1,7 @@
 """Analysis and charts on the committed runs (real data, no engine)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specbench.report import analysis
@@ -75,24 +76,24 @@ def test_manifest_table_lists_every_run():
     assert table.loc[hf, "engine"].str.startswith("transformers").all()
 
 
-def _open_cells(rows):
-    import pandas as pd
-    return pd.DataFrame(rows, columns=["sku_label", "batch", "gamma", "workload",
-                                       "err_eq1_pct", "err_blind_pct"])
+def _open_table(rows):
+    cells = pd.DataFrame(rows, columns=["sku_label", "batch", "gamma", "workload",
+                                        "err_eq1_pct", "err_blind_pct"]).assign(alpha=0.0)
+    return analysis.accuracy_table(cells)
 
 
 def test_the_open_sentence_names_each_sku_where_eq1_loses_and_why_only_when_shown():
     from specbench.report.chapters.accuracy import open_over_skus
     a = [("A", 1, 2, "open", 5, -60), ("A", 4, 2, "open", 10, -70)]
-    assert open_over_skus(_open_cells(a)).endswith("on 1 of 1, and with batch 4 included on "
+    assert open_over_skus(_open_table(a)).endswith("on 1 of 1, and with batch 4 included on "
                                                   "every one")
     # B: eq. 1 wins at batch 1 but over-predicts batch 4 by 250 % -> named, with the reason.
     b = a + [("B", 1, 2, "open", 10, -60), ("B", 4, 2, "open", 250, -70),
              ("B", 1, 4, "open", -2, -80), ("A", 1, 4, "repeat", 300, 0)]
-    text = open_over_skus(_open_cells(b))
+    text = open_over_skus(_open_table(b))
     assert "at batch 1 on 2 of 2" in text and "on 1 of them, against the paper's claim: B (" in text
     assert "over-predicts every cell, by up to 250 percent" in text and "A (" not in text
     # C: loses at batch 1 too -> named, but no roofline reason is claimed.
     c = a + [("C", 1, 2, "open", 90, -60), ("C", 4, 2, "open", 90, -70)]
-    text = open_over_skus(_open_cells(c))
+    text = open_over_skus(_open_table(c))
     assert "at batch 1 on 1 of 2" in text and "C (eq. 1 90.0 percent, the blind model 65.0)" in text

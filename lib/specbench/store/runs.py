@@ -96,6 +96,7 @@ def _validate_manifest(manifest: dict) -> None:
     if error is not None:
         raise error
 
+
 # Columns every reader may rely on, by table.
 TABLE_COLUMNS = {
     "cells.csv": ["workload", "gamma", "batch", "status", "pot_ms", "ttft_ms", "alpha",
