@@ -207,6 +207,28 @@ def test_a_shared_base_times_the_base_once_per_unit_round_robin(tmp_path, model_
     assert len(run.table("reps.csv")) == 2 * 2 * 3      # γ>0 cells × arms × reps
 
 
+def test_a_prefix_cached_sweep_warms_every_prompt_group_and_says_so(tmp_path, model_dir,
+                                                                     monkeypatch):
+    """With the prefix cache on, each arm's warmup sends every group the timed calls will (so
+    none of them pays a prefill); the setting is in the manifest and a resume keeps it."""
+    run = _shared_sweep(tmp_path, model_dir, monkeypatch, enable_prefix_caching=True, warmup=1)
+    assert OrderedEngine.log[:6] == [0, 0, 2, 2, 4, 4]     # two groups, per arm, untimed
+    assert len(OrderedEngine.log) == 6 + 18
+    assert run.manifest["engine"]["settings"]["enable_prefix_caching"] is True
+    assert "not a prefill time" in run.manifest["latency_definitions"]["ttft_ms"]
+    assert sweep.SweepConfig.from_manifest(run.manifest).enable_prefix_caching is True
+    with pytest.raises(ValueError, match="needs warmup >= 1"):
+        sweep.SweepConfig(model=str(model_dir), enable_prefix_caching=True, warmup=0).validate()
+
+
+def test_without_the_prefix_cache_the_warmup_sends_the_first_group_only(tmp_path, model_dir,
+                                                                        monkeypatch):
+    run = _shared_sweep(tmp_path, model_dir, monkeypatch, warmup=1)
+    assert OrderedEngine.log[:3] == [0, 2, 4] and len(OrderedEngine.log) == 3 + 18
+    assert run.manifest["engine"]["settings"]["enable_prefix_caching"] is False
+    assert sweep.SweepConfig.from_manifest(run.manifest).enable_prefix_caching is False
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
 def test_balanced_orders_put_every_arm_after_every_other_equally_often(n):
     orders = sweep.balanced_orders(n)

@@ -25,7 +25,7 @@ RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads
                     "--prompts", "--temperatures", "--seed", "--unpaired", "--base-per-gamma", "--spec-bench",
                     "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
                     "--cuda-graphs", "--async-scheduling", "--speculative-method",
-                    "--judged-against"]
+                    "--prefix-caching", "--judged-against"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -94,6 +94,10 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-scheduling", action="store_true",
                    help="GPU only: vLLM's async scheduling for every arm (needs "
                         "--speculative-method ngram_gpu); default off for a fair γ=0 baseline")
+    p.add_argument("--prefix-caching", action="store_true",
+                   help="vLLM's prefix cache, filled by each unit's warmup: the timed calls skip "
+                        "their prompts' prefill (same tokens, counters and decode steps; TTFT "
+                        "is then not a prefill time; recorded). `make book` uses it")
     p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
     _engine_patch_arg(p)
@@ -127,6 +131,7 @@ def config_from_args(args):
                        async_scheduling=args.async_scheduling,
                        speculative_method=args.speculative_method,
                        engine_patch=args.engine_patch, engine=args.engine,
+                       enable_prefix_caching=args.prefix_caching,
                        judged_against=(str(args.judged_against) if args.judged_against
                                        else None))
 

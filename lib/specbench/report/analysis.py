@@ -133,8 +133,12 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells["roofline"] = roofline_of(run)
         # Which engine build sampled: a temperature cell is evidence only where sampling is
         # lossless (the engine patch; see specbench.report.evaluation.sampled_evidence).
-        cells["engine_patch"] = ((run.manifest.get("engine", {}).get("settings") or {})
-                                 .get("engine_patch") or "as released")
+        settings = run.manifest.get("engine", {}).get("settings") or {}
+        cells["engine_patch"] = settings.get("engine_patch") or "as released"
+        # A run whose warmup filled the prefix cache timed no prefill: its TTFT is not one.
+        cells["prefix_cached"] = cached = bool(settings.get("enable_prefix_caching", False))
+        if cached and "ttft_ms" in cells:
+            cells["ttft_ms"] = np.nan
         frames.append(cells)
     if not frames:
         return pd.DataFrame()
