@@ -15,14 +15,15 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # `make book`'s own measurement identifies the headline model on a new machine: 'edit' drafts on
 # about three quarters of its steps (h is identified; 'open' at ~5 % could not), the kernel
 # microbenchmark gives d in seconds. One prompt per batch-1 cell (a batch-N cell runs N), 64
-# tokens, 3 repetitions: 13 minutes on a 2-core Zen 4, and `make book` end to end (set-up done,
-# rendering included) 15.5 minutes there. The host-floor profile has its own target (about 10
-# minutes more).
+# tokens, 3 repetitions, with the prefix cache filled by each unit's warmup (no timed call pays
+# a prefill; specbench.measure.sweep_config): the sweep 8.1 minutes on a 2-core Zen 4 and `make
+# book` end to end (set-up done, rendering included) 10.2 there (15.5 without the cache). The
+# host-floor profile has its own target (about 10 minutes more).
 # Its dtype is this machine's fast one (specbench.engine.hardware.default_dtype): bfloat16 on a
 # GPU or a CPU with native bf16, float32 on one without (an AVX2-only Zen 3 runs bfloat16
 # through a slow fallback); BOOK_DTYPE=... overrides.
 BOOK_DTYPE ?=
-measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~13 min on a 2-core Zen 4 in bf16, 34 on a Zen 3 in fp32)
+measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~9 min on a 2-core Zen 4 in bf16; 34 on a Zen 3 in fp32 before the prefix cache)
 	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
 	    -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True && \
