@@ -10,8 +10,8 @@ other, nothing else running:
   --max-tokens 64 --reps 3 [--prefix-caching]`). The cache must change neither the tokens nor
   the counters, and must move the per-token latency no more than two runs without it differ.
 * ``store_make_book_zen4_noisy``: `make book`'s own measurement (sweep and kernel
-  microbenchmark) on that host, the day its repetitions disagreed by 11-54 % (1-5 % on the same
-  kind of machine the day before, ``store_make_book_zen4``).
+  microbenchmark) on that host, the day its repetitions spread 14 % in the median cell (2-54 %;
+  2.7 % on the same kind of machine the day before, ``store_make_book_zen4``).
 """
 from __future__ import annotations
 
