@@ -235,7 +235,8 @@ def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cf
     for _ in range(cfg.warmup):
         for arm in list(live):
             for group in warm:
-                call(*arm, -1, 0, group)
+                if arm in live:   # an arm whose warmup call failed has left the unit
+                    call(*arm, -1, 0, group)
     faults.point("mid-cell")
     calls = []
     orders = balanced_orders(len(arms)) if balanced else [list(range(len(arms)))]

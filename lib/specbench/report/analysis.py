@@ -136,8 +136,9 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         settings = run.manifest.get("engine", {}).get("settings") or {}
         cells["engine_patch"] = settings.get("engine_patch") or "as released"
         # A run whose warmup filled the prefix cache timed no prefill: its TTFT is not one.
-        cells["prefix_cached"] = cached = bool(settings.get("enable_prefix_caching", False))
-        if cached and "ttft_ms" in cells:
+        cached = bool(settings.get("enable_prefix_caching", False))
+        cells["prefix_cached"] = cached
+        if cached:
             cells["ttft_ms"] = np.nan
         frames.append(cells)
     if not frames:
