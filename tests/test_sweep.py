@@ -221,6 +221,25 @@ def test_a_prefix_cached_sweep_warms_every_prompt_group_and_says_so(tmp_path, mo
         sweep.SweepConfig(model=str(model_dir), enable_prefix_caching=True, warmup=0).validate()
 
 
+class WarmupFailingEngine(OrderedEngine):
+    def generate(self, prompts, max_tokens, sampling=None, read_counters=True):
+        if self.settings.gamma == 4:
+            raise RuntimeError("γ=4 call failed")
+        return super().generate(prompts, max_tokens, sampling, read_counters)
+
+
+def test_an_arm_failing_its_cached_warmup_leaves_and_the_others_go_on(tmp_path, model_dir,
+                                                                      monkeypatch):
+    monkeypatch.setattr(sweep, "Engine", WarmupFailingEngine)
+    monkeypatch.setattr(sweep, "contract", standin_sweep.stand_in_contract)
+    cfg = sweep.SweepConfig(model=str(model_dir), gammas=(0, 2, 4), batches=(1,),
+                            workloads=("repeat",), prompts=2, reps=2, warmup=1, max_tokens=8,
+                            root=str(tmp_path / "runs"), enable_prefix_caching=True)
+    cells = sweep.run_sweep(cfg, progress=False).table("cells.csv").set_index("gamma")
+    assert cells.loc[4, "status"] == "failed" and "γ=4 call failed" in cells.loc[4, "error"]
+    assert cells.loc[2, "status"] == "ok" and cells.loc[0, "status"] == "ok"
+
+
 def test_without_the_prefix_cache_the_warmup_sends_the_first_group_only(tmp_path, model_dir,
                                                                         monkeypatch):
     run = _shared_sweep(tmp_path, model_dir, monkeypatch, warmup=1)
