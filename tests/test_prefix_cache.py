@@ -12,6 +12,10 @@ other, nothing else running:
 * ``store_make_book_zen4_noisy``: `make book`'s own measurement (sweep and kernel
   microbenchmark) on that host, the day its repetitions spread 14 % in the median cell (2-54 %;
   2.7 % on the same kind of machine the day before, ``store_make_book_zen4``).
+* ``store_make_book_zen5_noisy``: `make book` (7.6 minutes end to end) on a 2-core Zen 5 (cpu
+  family 26, model 2) later that day, right after a quiet-machine Spec-Bench sweep there: its
+  calls' repetitions vary by 11.7 % (median coefficient of variation; 1.9 % in that kind's
+  sweep of 30 November), again with no foreign CPU time.
 """
 from __future__ import annotations
 
@@ -66,21 +70,23 @@ def test_cached_calls_skip_the_prefill_and_the_book_blanks_their_ttft(ab):
     assert not prefill_run["prefix_cached"].any() and prefill_run["ttft_ms"].notna().all()
 
 
-@pytest.fixture(scope="module")
-def noisy():
-    return evidence(analysis.sweep_cells(FIXTURES / "store_make_book_zen4_noisy"))
+@pytest.fixture(scope="module", params=["zen4_noisy", "zen5_noisy"])
+def noisy(request):
+    return evidence(analysis.sweep_cells(FIXTURES / f"store_make_book_{request.param}"))
 
 
 def test_the_noisy_host_is_visible_in_the_run(noisy):
     spread = noisy.groupby("batch")["rep_spread_pct"].median()
-    assert (spread > 10).all()                  # 1-5 % the day before
-    assert noisy["unstable"].sum() >= 1
+    assert (spread > 10).all()                  # 1-5 % on a quiet host
+    # … and the book labels the SKU a noisy host (specbench.store.load.repetition_cv_pct).
+    assert noisy["noisy_host"].all()
 
 
-@pytest.mark.xfail(strict=True, reason="against the issue's requirement, kept visible: on the "
-                   "noisy host make book's own measurement gives the headline model 21 % at "
-                   "batch 1 where eq. 1 errs 14 % (test_make_book_store: 3.4 % vs 9.3 % on a "
-                   "quiet one)")
+@pytest.mark.xfail(strict=True, reason="against the issue's requirement, kept visible: on a "
+                   "noisy host make book's own measurement gives the headline model 21 % (Zen "
+                   "4) and 20 % (Zen 5) at batch 1 where eq. 1 errs 14 % and 16 % "
+                   "(test_make_book_store: 3.4 % vs 9.3 % on a quiet one); the book names such "
+                   "a SKU a noisy host")
 def test_headline_is_no_worse_than_eq1_at_batch_1_on_the_noisy_host(noisy):
     at = noisy[noisy["batch"] == 1]
     assert at[f"err_{HEADLINE}_pct"].abs().mean() <= at["err_eq1_pct"].abs().mean()

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import traceback
+import warnings
 from pathlib import Path
 
 from tqdm import tqdm
@@ -29,7 +31,7 @@ from specbench.measure.workloads import builtin as workloads
 from specbench.measure.window import decode_window
 from specbench.store import faults
 from specbench.store.contract import contract
-from specbench.store.load import ForeignCpu
+from specbench.store.load import NOISY_HOST_CV_PCT, ForeignCpu, repetition_cv_pct
 from specbench.store.runs import Run, create_run, open_run
 
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "balanced_orders",
@@ -442,9 +444,19 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     run.write_table("cells.csv", cells)
     run.write_table("requests.csv", requests)
     loaded = int(cells["loaded"].eq(True).sum()) if "loaded" in cells else 0
+    noise = repetition_cv_pct(requests) if len(requests) else float("nan")
+    noisy = bool(noise > NOISY_HOST_CV_PCT)
     run.update_manifest(load={**run.manifest.get("load", {}),
                               "loadavg_at_end": os.getloadavg(),
-                              "cells_flagged_loaded": loaded})
+                              "cells_flagged_loaded": loaded,
+                              "repetition_cv_pct": None if math.isnan(noise) else noise,
+                              "noisy_host": noisy})
+    if noisy:
+        warnings.warn(f"{run.path}: repetitions of the same call varied by {noise:.1f} % (median "
+                      f"coefficient of variation; above {NOISY_HOST_CV_PCT:g} %, quiet 2-core "
+                      "machines give 1–3 %): this host was noisy. The run is kept and labelled "
+                      "so (manifest 'load', the accuracy chapter); measure again on a quiet "
+                      "machine before drawing conclusions from its timings", stacklevel=2)
     if close:
         run.finish()
 

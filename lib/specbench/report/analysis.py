@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from specbench.store.load import NOISY_HOST_CV_PCT, repetition_cv_pct
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory.roofline import (
     roofline_status,
@@ -140,6 +141,10 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells["prefix_cached"] = cached
         if cached:
             cells["ttft_ms"] = np.nan
+        # How noisy the host was, from the run's own repetitions (specbench.store.load).
+        cells["host_cv_pct"] = repetition_cv_pct(run.table(
+            "requests.csv" if (run.path / "requests.csv").exists() else "reps.csv"))
+        cells["noisy_host"] = cells["host_cv_pct"] > NOISY_HOST_CV_PCT
         frames.append(cells)
     if not frames:
         return pd.DataFrame()
@@ -194,18 +199,14 @@ def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> 
     return pd.DataFrame(rows)
 
 
-def sweep_cells(root=DEFAULT_ROOT, all_runs: bool = False) -> pd.DataFrame:
+def sweep_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
     """One table of predictions: per SKU, the latest cell of each (workload, γ, batch,
-    temperature) across that SKU's sweep runs (every cell of every run with ``all_runs``),
-    with run, SKU and model columns, the measured ``pot_ms`` and the headline model's
-    ``model_pot_ms`` with its rivals and ablations (:mod:`specbench.theory.predict`)."""
+    temperature) across that SKU's sweep runs, with run, SKU and model columns, the measured
+    ``pot_ms`` and the headline model's ``model_pot_ms`` with its rivals and ablations
+    (:mod:`specbench.theory.predict`). One cell per key and SKU: the cross-fitted h and the
+    per-request predictions key on it."""
     from specbench.theory.predict import add_predictions
-    runs = load_runs(root, kind="sweep")
-    if all_runs:
-        frames = [_latest_cells([run]) for run in runs]
-        cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    else:
-        cells = _latest_cells(runs)
+    cells = _latest_cells(load_runs(root, kind="sweep"))
     if cells.empty:
         raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
     cells["divisor_counters"] = cells["emitted_per_step"]
