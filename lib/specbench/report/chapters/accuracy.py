@@ -427,7 +427,7 @@ def _host_noise(c: pd.DataFrame) -> dict:
                               if len(quiet_cv) else "—")}
     if noisy.empty:
         out["noisy_sentence"] = (
-            f"Every SKU was measured on a quiet host: the repetitions of a cell vary by "
+            f"Every SKU was measured on a quiet host: the repetitions of the same call vary by "
             f"{out['quiet_cv_range']} percent (median coefficient of variation of a run; a run "
             f"above {NOISY_HOST_CV_PCT:g} percent counts as noisy)")
         return out
@@ -443,8 +443,8 @@ def _host_noise(c: pd.DataFrame) -> dict:
     out.update(noisy_cells=int(on_noisy.sum()), noisy_mape=m_noisy, quiet_host_mape=m_quiet,
                noisy_sentence=(
                    f"{len(noisy)} of {len(table)} SKUs were measured on a noisy host — the "
-                   f"repetitions of a cell varied by more than {NOISY_HOST_CV_PCT:g} percent "
-                   f"(median coefficient of variation of the run, against "
+                   f"repetitions of the same call varied by more than {NOISY_HOST_CV_PCT:g} "
+                   f"percent (median coefficient of variation of the run, against "
                    f"{out['quiet_cv_range']} percent on the others): {named}. The headline "
                    f"errs by {m_noisy:.1f} percent on their {int(on_noisy.sum())} cells and "
                    f"by {m_quiet:.1f} percent ({lo:.1f}–{hi:.1f}) on the {len(quiet)} cells "
