@@ -30,13 +30,12 @@ from specbench.report.evaluation import (
     GOAL_MAPE_PCT,
     GOAL_TRANSFER_PCT,
     evidence,
-    host_noise_table,
+    host_noise_summary,
     noise_table,
     sampled_evidence,
 )
 from specbench.report.transfer import leave_one_sku_out
 from specbench.report.wording import claim
-from specbench.store.load import NOISY_HOST_CV_PCT
 from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory import model
 from specbench.theory.predict import (
@@ -341,7 +340,7 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     unstable = c["unstable"].eq(True) if "unstable" in c else \
         pd.Series(False, index=c.index)
     add(unstable_cells=int(unstable.sum()))
-    add(**_host_noise(c))
+    add(**host_noise_summary(c))
     sens = host_ratio_sensitivity(cells)
     add(h_identified_groups=int((sens["cells"] > 0).sum()), h_groups=int(len(sens)),
         h_max_move=float(sens["max_move"].max()) if sens["max_move"].notna().any()
@@ -412,46 +411,6 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
         add(**_per_held_out(loso, transfer.cost_structure(cells)),
             threads_sentence=_threads_sentence(cells))
     return n
-
-
-def _host_noise(c: pd.DataFrame) -> dict:
-    """Which SKUs were measured on a noisy host, and the headline's error with and without
-    them (``noisy_*``): a noisy host's timings can sink or flatter any model."""
-    table = host_noise_table(c)
-    noisy = table[table["noisy host"]]
-    on_noisy = c["sku_label"].isin(noisy["SKU"])
-    quiet = c[~on_noisy]
-    quiet_cv = table[~table["noisy host"]]["host CV %"].dropna()
-    out = {"noisy_threshold": NOISY_HOST_CV_PCT, "noisy_skus": int(len(noisy)),
-           "quiet_cv_range": (range_phrase(quiet_cv.min(), quiet_cv.max(), ".1f")
-                              if len(quiet_cv) else "—")}
-    if noisy.empty:
-        out["noisy_sentence"] = (
-            f"Every SKU was measured on a quiet host: the repetitions of the same call vary by "
-            f"{out['quiet_cv_range']} percent (median coefficient of variation of a run; a run "
-            f"above {NOISY_HOST_CV_PCT:g} percent counts as noisy)")
-        return out
-    named = ", ".join(f"{r['SKU']} ({r['host CV %']:.1f} percent)" for _, r in noisy.iterrows())
-    m_noisy = float(c[on_noisy][f"err_{HEADLINE}_pct"].abs().mean())
-    m_quiet, lo, hi = bootstrap_mape(quiet[f"err_{HEADLINE}_pct"]) if len(quiet) else (
-        float("nan"),) * 3
-    per_batch = "; ".join(
-        f"batch {b} {bootstrap_mape(g[f'err_{HEADLINE}_pct'])[0]:.1f} percent"
-        for b, g in quiet.groupby("batch"))
-    goal = ("met" if hi <= GOAL_MAPE_PCT else "met by the point estimate but not by its "
-            "interval" if m_quiet <= GOAL_MAPE_PCT else "missed")
-    out.update(noisy_cells=int(on_noisy.sum()), noisy_mape=m_noisy, quiet_host_mape=m_quiet,
-               noisy_sentence=(
-                   f"{len(noisy)} of {len(table)} SKUs were measured on a noisy host — the "
-                   f"repetitions of the same call varied by more than {NOISY_HOST_CV_PCT:g} "
-                   f"percent (median coefficient of variation of the run, against "
-                   f"{out['quiet_cv_range']} percent on the others): {named}. The headline "
-                   f"errs by {m_noisy:.1f} percent on their {int(on_noisy.sum())} cells and "
-                   f"by {m_quiet:.1f} percent ({lo:.1f}–{hi:.1f}) on the {len(quiet)} cells "
-                   f"of quiet hosts ({per_batch}); on quiet hosts alone the goal of "
-                   f"{GOAL_MAPE_PCT:g} percent is {goal}. The noisy SKUs stay in every pooled "
-                   "figure above"))
-    return out
 
 
 def _threads_sentence(cells: pd.DataFrame) -> str:
