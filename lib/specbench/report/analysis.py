@@ -142,8 +142,9 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         if cached:
             cells["ttft_ms"] = np.nan
         # How noisy the host was, from the run's own repetitions (specbench.store.load).
-        cells["host_cv_pct"] = repetition_cv_pct(run.table(
-            "requests.csv" if (run.path / "requests.csv").exists() else "reps.csv"))
+        # (a run holding cells.csv alone, as some fixtures do, has no noise to read: NaN)
+        timed = next((n for n in ("requests.csv", "reps.csv") if (run.path / n).exists()), None)
+        cells["host_cv_pct"] = repetition_cv_pct(run.table(timed)) if timed else np.nan
         cells["noisy_host"] = cells["host_cv_pct"] > NOISY_HOST_CV_PCT
         frames.append(cells)
     if not frames:
