@@ -454,7 +454,7 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
     if noisy:
         warnings.warn(f"{run.path}: repetitions of the same call varied by {noise:.1f} % (median "
                       f"coefficient of variation; above {NOISY_HOST_CV_PCT:g} %, quiet 2-core "
-                      "machines give 1–3 %): this host was noisy. The run is kept and labelled "
+                      "machines give 1–4 %): this host was noisy. The run is kept and labelled "
                       "so (manifest 'load', the accuracy chapter); measure again on a quiet "
                       "machine before drawing conclusions from its timings", stacklevel=2)
     if close:

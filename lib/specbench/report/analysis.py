@@ -141,10 +141,7 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells["prefix_cached"] = cached
         if cached:
             cells["ttft_ms"] = np.nan
-        # How noisy the host was, from the run's own repetitions (specbench.store.load).
-        # (a run holding cells.csv alone, as some fixtures do, has no noise to read: NaN)
-        timed = next((n for n in ("requests.csv", "reps.csv") if (run.path / n).exists()), None)
-        cells["host_cv_pct"] = repetition_cv_pct(run.table(timed)) if timed else np.nan
+        cells["host_cv_pct"] = _host_cv_pct(run)
         cells["noisy_host"] = cells["host_cv_pct"] > NOISY_HOST_CV_PCT
         frames.append(cells)
     if not frames:
@@ -152,6 +149,17 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
     every = pd.concat(frames, ignore_index=True)
     key = ["sku", "workload", "gamma", "batch", "temperature"]
     return every.drop_duplicates(key, keep="last").reset_index(drop=True)
+
+
+def _host_cv_pct(run: Run) -> float:
+    """How noisy the run's host was (specbench.store.load.repetition_cv_pct): as the sweep
+    recorded it in its manifest, else (runs before it did) from the run's own tables; NaN for
+    a run holding cells.csv alone, as some fixtures do."""
+    recorded = run.manifest.get("load", {}).get("repetition_cv_pct")
+    if recorded is not None:
+        return float(recorded)
+    timed = next((n for n in ("requests.csv", "reps.csv") if (run.path / n).exists()), None)
+    return repetition_cv_pct(run.table(timed)) if timed else np.nan
 
 
 def _micro_d(cells: pd.DataFrame, root) -> pd.Series:

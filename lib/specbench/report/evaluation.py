@@ -115,8 +115,6 @@ def noise_table(cells: pd.DataFrame) -> pd.DataFrame:
               "noise_pct", "within_noise"]]
 
 
-
-
 def host_noise_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per SKU: how noisy the host of its evaluated cells was (the median coefficient of
     variation of a call's repetitions, :func:`specbench.store.load.repetition_cv_pct`, per
