@@ -26,7 +26,7 @@ BOOK_DTYPE ?=
 measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~9 min on a 2-core Zen 4 in bf16; 34 on a Zen 3 in fp32 before the prefix cache)
 	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
-	    -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True && \
+	    -p gammas '[0, 2, 6]' -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True && \
 	$(PY) -m specbench.cli.main microbench --dtype $$dtype
 
 host-floor: setup  ## the host-floor profile of two model sizes (a 'hostfloor' run, ~10 min)
