@@ -35,7 +35,12 @@ def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
     again = spec["t_base_ms"] * (1 + spec["d_roofline"]) / (spec["alpha"] * spec["gamma"] + 1)
     assert np.allclose(again, spec["pred_eq1_ms"])
     assert (spec["d"] >= 0).all()
-    assert (spec[spec["batch"] == 1]["d_roofline"] < 0.5).all()   # batch 1: memory-bound
+    # Batch 1 is memory-bound in the roofline of every SKU but the Zen 1 in float32, whose
+    # measured ceilings (37 GFLOP/s against 20 GB/s) put 5 and 7 rows past the ridge point;
+    # its kernel microbenchmark agrees that verification is not nearly free there (d = 0.73 at
+    # γ=6 against at most 0.29 elsewhere; the story chapter says so).
+    b1 = spec[spec["batch"] == 1]
+    assert set(b1[b1["d_roofline"] >= 0.5]["sku"]) <= {"cpu-amd-epyc-f23m1-1t-float32"}
 
 
 def test_blind_model_fails_on_open_more_than_eq1(cells):
@@ -97,3 +102,10 @@ def test_the_open_sentence_names_each_sku_where_eq1_loses_and_why_only_when_show
     c = a + [("C", 1, 2, "open", 90, -60), ("C", 4, 2, "open", 90, -70)]
     text = open_over_skus(_open_table(c))
     assert "at batch 1 on 1 of 2" in text and "C (eq. 1 90.0 percent, the blind model 65.0)" in text
+
+
+@pytest.mark.parametrize("family, model, generation", [
+    (23, 1, "Zen 1"), (23, 8, "Zen+"), (23, 0x31, "Zen 2"), (25, 1, "Zen 3"),
+    (25, 17, "Zen 4"), (26, 2, "Zen 5"), (23, None, "Zen 1/2"), (6, 85, "family 6")])
+def test_amd_generation_from_family_and_model(family, model, generation):
+    assert analysis._amd_generation(family, model) == generation

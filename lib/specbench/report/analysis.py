@@ -43,12 +43,22 @@ def _sku_label(run: Run) -> str:
 
 # AMD family 25 (19h) covers Zen 3 and Zen 4; the model number tells them apart (Zen 4: Genoa
 # 10h–1Fh, Raphael 60h–6Fh, Phoenix 70h–7Fh, Bergamo A0h–AFh). Family 26 (1Ah) is Zen 5.
+# Family 23 (17h) covers Zen 1 (Naples 01h, Raven Ridge 11h), Zen+ (08h, 18h) and, from model
+# 30h on (Rome 31h), Zen 2.
 _ZEN4_MODELS = [range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)]
+_ZEN_PLUS_MODELS = (0x08, 0x18)
 
 
 def _amd_generation(family, model) -> str:
     if str(family) == "26":
         return "Zen 5"
+    if str(family) == "23":
+        try:
+            number = int(model)
+        except (TypeError, ValueError):
+            return "Zen 1/2"
+        return ("Zen 2" if number >= 0x30 else "Zen+" if number in _ZEN_PLUS_MODELS
+                else "Zen 1")
     if str(family) == "25":
         try:
             number = int(model)
@@ -128,6 +138,11 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))
         cells.insert(3, "model", run.manifest["model"]["name"])
+        # The grid that measured the cell: which SKUs `make book`'s quick sweep alone measured
+        # (specbench.report.evaluation.quick_sweep_skus).
+        grid = run.manifest.get("grid", {})
+        cells["run_workloads"] = ",".join(grid.get("workloads", []))
+        cells["run_prompts"] = grid.get("prompts", np.nan)
         cells = _normalise(cells, run)
         cells["t_base_ms"] = _t_base(cells)
         cells["d_roofline"] = _verify_overheads(cells, run)

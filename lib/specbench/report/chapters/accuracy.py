@@ -32,6 +32,7 @@ from specbench.report.evaluation import (
     evidence,
     host_noise_summary,
     noise_table,
+    quick_sweep_summary,
     sampled_evidence,
 )
 from specbench.report.transfer import leave_one_sku_out
@@ -341,6 +342,7 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
         pd.Series(False, index=c.index)
     add(unstable_cells=int(unstable.sum()))
     add(**host_noise_summary(c))
+    add(**quick_sweep_summary(cells))
     sens = host_ratio_sensitivity(cells)
     add(h_identified_groups=int((sens["cells"] > 0).sum()), h_groups=int(len(sens)),
         h_max_move=float(sens["max_move"].max()) if sens["max_move"].notna().any()

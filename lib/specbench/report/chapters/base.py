@@ -22,7 +22,7 @@ from specbench.measure import hostfloor
 from specbench.report import analysis, curves, wording
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["Numbers", "glue_all", "greedy_cells", "greedy", "QUOTED_GRID", "first_sku", "run_ids", "sweep_run", "latest_floor", "floor_split", "pct", "spread", "against_base", "count_phrase", "penalty", "step_counts", "regime_table", "regime_sentence", "error_word", "range_phrase", "direction_phrase"]
+__all__ = ["Numbers", "glue_all", "greedy_cells", "greedy", "QUOTED_GRID", "first_sku", "run_ids", "sweep_run", "latest_floor", "floor_split", "pct", "spread", "against_base", "count_phrase", "penalty", "step_counts", "regime_table", "regime_sentence", "error_word", "range_phrase", "direction_phrase", "batch1_verify_cost"]
 
 
 @dataclass
@@ -217,6 +217,15 @@ def batch_ablation(cells: pd.DataFrame, batch: int) -> pd.DataFrame:
     abl = curves.error_ablation(cells)
     abl = abl[abl["batch"] == batch]
     return curves.mape_by(abl, by=["sku_label"]).set_index("sku_label")
+
+
+def batch1_verify_cost(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per SKU (label) whose kernels were microbenchmarked: the largest batch-1 verify cost d
+    over its greedy speculative cells, and the γ of that cell (``d_max``, ``gamma``)."""
+    c = cells[(cells["gamma"] > 0) & (cells["batch"] == 1)]
+    c = c[c["d_source"] == "microbenchmark"] if "d_source" in c else c.iloc[0:0]
+    top = c.loc[c.groupby("sku_label", sort=False)["d"].idxmax()]
+    return top.set_index("sku_label")[["d", "gamma"]].rename(columns={"d": "d_max"})
 
 
 def batch4_against(cells: pd.DataFrame) -> dict[str, bool]:
