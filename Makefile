@@ -15,15 +15,17 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # `make book`'s own measurement identifies the headline model on a new machine: 'edit' drafts on
 # about three quarters of its steps (h is identified; 'open' at ~5 % could not), the kernel
 # microbenchmark gives d in seconds. One prompt per batch-1 cell (a batch-N cell runs N), 64
-# tokens, 3 repetitions, with the prefix cache filled by each unit's warmup (no timed call pays
-# a prefill; specbench.measure.sweep_config): the sweep 8.1 minutes on a 2-core Zen 4 and `make
-# book` end to end (set-up done, rendering included) 10.2 there (15.5 without the cache). The
+# tokens, 3 repetitions, γ 0, 2 and 6 (γ 4 adds an engine start and a quarter more calls and
+# identifies nothing new), with the prefix cache filled by each unit's warmup (no timed call
+# pays a prefill; specbench.measure.sweep_config). `make book` end to end, set-up done: 18.9
+# minutes on a 2-core Zen 1 in float32 (sweep 14.7, microbenchmark 0.4, rendering 3.4; 22.6
+# with γ 4), 10.2 on a 2-core Zen 4 in bf16 (with γ 4; 15.5 there without the cache). The
 # host-floor profile has its own target (about 10 minutes more).
 # Its dtype is this machine's fast one (specbench.engine.hardware.default_dtype): bfloat16 on a
 # GPU or a CPU with native bf16, float32 on one without (an AVX2-only Zen 3 runs bfloat16
 # through a slow fallback); BOOK_DTYPE=... overrides.
 BOOK_DTYPE ?=
-measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~9 min on a 2-core Zen 4 in bf16; 34 on a Zen 3 in fp32 before the prefix cache)
+measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark (~15 min on a 2-core Zen 1 in fp32)
 	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
 	    -p gammas '[0, 2, 6]' -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True && \

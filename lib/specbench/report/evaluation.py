@@ -210,7 +210,8 @@ def quick_sweep_summary(cells: pd.DataFrame) -> dict:
             if model_mape > eq1_mape:
                 worse.append(f"{label} at batch {batch}")
         parts.append(f"{label} ({'; '.join(per_batch)} percent)")
-    verdict = ("the headline model does no worse than eq. 1 on any of them at any batch"
+    where = "on any of them" if len(skus) > 1 else "there"
+    verdict = (f"the headline model does no worse than eq. 1 {where} at any batch"
                if not worse else
                "the headline model does worse than eq. 1 on " + ", ".join(worse))
     noun = "SKU was" if len(skus) == 1 else "SKUs were"
