@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Render the book from runs/. Chapters are executed with Jupyter Book's cache, which keys on
-# a notebook's code only; a new run or a library change must re-execute them, so the cache is
-# dropped whenever the run store ($SPECBENCH_RUNS, else runs/) or lib/ differ from the last build.
+# Render the book from the run store ($SPECBENCH_RUNS, else runs/) into $BOOK_OUT/_build/html
+# (BOOK_OUT defaults to the checkout: _build/html). Chapters are executed with Jupyter Book's
+# cache, which keys on a notebook's code only; a new run or a library change must re-execute
+# them, so the cache is dropped whenever the run store or lib/ differ from the last build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs_root=${SPECBENCH_RUNS:-runs}
+out=${BOOK_OUT:-.}
 key=$(find "$runs_root" lib -type f \( -name '*.csv' -o -name '*.json' -o -name '*.py' -o -name '*.txt' \) \
-      -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
-mkdir -p _build
-if [ "$(cat _build/.data-key 2>/dev/null)" != "$key" ]; then
-  rm -rf _build/.jupyter_cache _build/.doctrees
-  echo "$key" > _build/.data-key
+      -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sed "s|  $runs_root/|  runs/|" \
+      | sha256sum | cut -c1-16)
+mkdir -p "$out/_build"
+if [ "$(cat "$out/_build/.data-key" 2>/dev/null)" != "$key" ]; then
+  rm -rf "$out/_build/.jupyter_cache" "$out/_build/.doctrees"
+  echo "$key" > "$out/_build/.data-key"
 fi
-exec .venv/bin/jupyter-book build . --path-output . -W --keep-going
+exec .venv/bin/jupyter-book build . --path-output "$out" -W --keep-going

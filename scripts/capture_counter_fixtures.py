@@ -59,7 +59,8 @@ def server(model, prompts):
         req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", body,
                                      {"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=300).read()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=10).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics",
+                                      timeout=10).read().decode()
     finally:
         proc.terminate()
         proc.wait(timeout=60)

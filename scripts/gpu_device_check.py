@@ -42,9 +42,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from specbench.engine import hardware
-
-from specbench.theory import roofline  # noqa: E402  (neither touches torch.cuda)
+# Imported once lib/ is on the path; neither module touches torch.cuda.
+from specbench.engine import hardware  # noqa: E402
+from specbench.theory import roofline  # noqa: E402
 
 VERIFY_BATCHES = (1, 4)
 VERIFY_GAMMAS = (0, 2, 4, 6)
@@ -197,7 +197,9 @@ def gemm_section(torch, args, sku, budget: Budget) -> tuple[list[dict], list[dic
                        for _ in range(copies)]
             for rows in sorted({r for _, _, r in verify_rows()}):
                 x = torch.randn(rows, d_in, device=args.device, dtype=dtype)
-                sec = timed(torch, args.device, lambda i: F.linear(x, weights[i % copies]),
+                # Bound now: `del weights` below unbinds the loop's name.
+                sec = timed(torch, args.device,
+                            lambda i, x=x, w=weights, n=copies: F.linear(x, w[i % n]),
                             iters=max(copies, 2 if args.tiny else 20), reps=args.reps)
                 roof = roofline_s(d_in, d_o, rows, sku) if sku else float("nan")
                 rows_out.append({"model": shape.name, "op": name, "d_in": d_in, "d_out": d_o,
@@ -327,7 +329,7 @@ def decode_section(torch, transformers, args, budget: Budget) -> tuple[list[dict
 
 
 def per_step(steps: list[dict]) -> list[dict]:
-    """Median over repetitions of the 1-vs-N difference per step (as specbench.measure.decompose)."""
+    """Median over repetitions of the 1-vs-N difference per step (as specbench.derive.decompose)."""
     out = []
     for model in sorted({s["model"] for s in steps}):
         diffs = []

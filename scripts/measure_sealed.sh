@@ -10,8 +10,7 @@
 # calibration — the kernel microbenchmark and a sweep of the γ=0 arm — comes first;
 # `specbench predict` then seals the predicted latency of every speculative cell from the
 # other SKUs in the store; only then does the SKU's sweep start, judged against that run.
-# Expected on a 2-core Zen 4 with 2 threads and the defaults (6 workloads, 4 prompts, 2
-# repetitions): microbenchmark 1 min, calibration 6 min, sweep about 25 minutes.
+# How long it takes: the timing table in book/reproduce.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}

@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from specbench.engine.counters import SpecCounters
 from specbench.engine.vllm_engine import Generation
+from specbench.theory.counters import SpecCounters
 
 
 

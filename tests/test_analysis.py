@@ -12,10 +12,11 @@ from specbench.store.runs import load_runs
 
 
 @pytest.fixture(scope="module")
-def cells():
-    return analysis.sweep_cells()
+def cells(analysed_store):
+    return analysed_store
 
 
+@pytest.mark.data
 def test_committed_sweep_meets_the_design(cells):
     """The committed reference run: 'repeat' copies, 'open' does not, speculation pays."""
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
@@ -27,6 +28,7 @@ def test_committed_sweep_meets_the_design(cells):
     assert (top["speedup"] >= 2).all()
 
 
+@pytest.mark.data
 def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
     for column in ("t_base_ms", "d", "pred_eq1_ms", "pred_blind_ms", "err_eq1_pct"):
@@ -43,6 +45,7 @@ def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
     assert set(b1[b1["d_roofline"] >= 0.5]["sku"]) <= {"cpu-amd-epyc-f23m1-1t-float32"}
 
 
+@pytest.mark.data
 def test_blind_model_fails_on_open_more_than_eq1(cells):
     """The claim the prose makes (Table 1's sentence): on the SKU it quotes, the blind model
     errs more on 'open' than eq. 1. It is not true on every SKU — on the Zen 3 in float32
@@ -57,14 +60,16 @@ def test_blind_model_fails_on_open_more_than_eq1(cells):
         assert table.loc[(sku, "all", "open")]["acceptance-blind MAPE %"] > 50
 
 
+@pytest.mark.data
 def test_every_chart_builds_to_a_vega_lite_spec(cells):
-    for build in (charts.fig1_headline, charts.fig1_speedup, charts.fig2_latency, charts.fig3_shortfall,
-                  charts.fig5_timing_alpha, charts.fig6_parity):
+    for build in (charts.fig1_headline, charts.fig1_speedup, charts.fig2_latency,
+                  charts.fig3_shortfall, charts.fig5_timing_alpha, charts.fig6_parity):
         spec = build(cells).to_dict()
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
     assert charts.fig_economics().to_dict()
 
 
+@pytest.mark.data
 def test_offline_renderer_is_deterministic_and_cdn_free(cells):
     spec = charts.fig6_parity(cells).to_dict()
     a, b = charts._render(spec, png=False), charts._render(spec, png=False)
@@ -72,6 +77,7 @@ def test_offline_renderer_is_deterministic_and_cdn_free(cells):
     assert "cdn." not in a["text/html"] and "jsdelivr" not in a["text/html"]
 
 
+@pytest.mark.data
 def test_manifest_table_lists_every_run():
     runs = load_runs()
     table = analysis.manifest_table(runs)
@@ -109,3 +115,24 @@ def test_the_open_sentence_names_each_sku_where_eq1_loses_and_why_only_when_show
     (25, 17, "Zen 4"), (26, 2, "Zen 5"), (23, None, "Zen 1/2"), (6, 85, "family 6")])
 def test_amd_generation_from_family_and_model(family, model, generation):
     assert analysis._amd_generation(family, model) == generation
+
+
+class _LabelRun:
+    def __init__(self, hardware, dtype="bfloat16", engine="vllm"):
+        self.manifest = {"hardware": hardware, "dtype": dtype, "engine": {"name": engine},
+                         "model_shape": None, "roofline_sku": None}
+
+
+@pytest.mark.parametrize("hardware, dtype, engine, label", [
+    ({"cpu_family": 25, "cpu_model_number": 17, "threads": 1}, "bfloat16", "vllm",
+     "Zen 4 · bf16 · 1 thread"),
+    ({"cpu_family": 25, "cpu_model_number": 17, "threads": 2}, "bfloat16", "vllm",
+     "Zen 4 · bf16 · 2 threads"),
+    ({"cpu_family": 25, "cpu_model_number": 1, "threads": 1}, "float32", "transformers",
+     "Zen 3 · fp32 · 1 thread · transformers"),
+    # The first runs recorded no CPU family: their own SKU, named as the first Zen 4 host.
+    ({"threads": 1}, "float32", "vllm", "Zen 4 · fp32 · 1 thread · first host"),
+])
+def test_sku_labels_read_as_words(monkeypatch, hardware, dtype, engine, label):
+    monkeypatch.setattr(analysis, "roofline_of", lambda run: "measured")
+    assert analysis._sku_label(_LabelRun(hardware, dtype, engine)) == label

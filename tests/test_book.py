@@ -1,21 +1,22 @@
-"""The rendered book: references in sync, no CDN, and a real browser draws every chart.
+"""The rendered book: no CDN, and a real browser draws every chart.
 
-The browser test needs the built site (`make book-from-runs`, which `make test` runs first)
-and Debian's chromium (`scripts/setup.sh --browser`).
+These read the site `make test-book` renders from the committed runs ($SPECBENCH_BOOK_BUILD;
+`make test` runs it first, `_build` otherwise) and need Debian's chromium
+(`scripts/setup.sh --browser`).
 """
 import re
 import shutil
 from pathlib import Path
 
-import jupytext
-import nbformat
 import pytest
 
+from chapter_outputs import book_build
+
+pytestmark = pytest.mark.book
+
 ROOT = Path(__file__).resolve().parents[1]
-HTML = ROOT / "_build" / "html"
+HTML = book_build() / "html"
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
-CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md")
-                  if p.read_text().startswith("---\njupytext:"))
 # The theme (pydata-sphinx-theme) logs this on a first visit, when its stored light/dark
 # mode is still empty; it is the theme's notice, not a failure of the page.
 KNOWN_THEME_NOTICES = ("Got invalid theme mode: . Resetting to auto.",)
@@ -37,17 +38,20 @@ OVERFLOW_JS = """() => {
     const r = el.getBoundingClientRect();
     const what = el.tagName.toLowerCase() === "table" ? "table" : "chart";
     if (what === "chart" && el.getBBox && el.getBBox().width > r.width + 2)
-      problems.push(`chart ${i} draws ${Math.round(el.getBBox().width)} px into a ${Math.round(r.width)} px picture: its legend or labels are cut`);
+      problems.push(`chart ${i} draws ${Math.round(el.getBBox().width)} px into a ` +
+                    `${Math.round(r.width)} px picture: its legend or labels are cut`);
     if (r.width === 0 || fits(r)) return;
     if (what === "chart") {   // a figure fits by its own width; a scroll box does not count
-      problems.push(`chart ${i} is ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px column`);
+      problems.push(`chart ${i} is ${Math.round(r.width)} px wide in a ` +
+                    `${Math.round(col.width)} px column`);
       return;
     }
     const box = el.closest(".sb-scroll");
     const hint = box && box.querySelector(".sb-scroll-hint");
     const scrolls = box && ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
     if (!box || !scrolls || !fits(box.getBoundingClientRect()))
-      problems.push(`${what} ${i} is ${Math.round(r.width)} px wide in a ${Math.round(col.width)} px column, with no scroll box`);
+      problems.push(`${what} ${i} is ${Math.round(r.width)} px wide in a ` +
+                    `${Math.round(col.width)} px column, with no scroll box`);
     else if (!hint || hint.offsetParent === null)
       problems.push(`${what} ${i} scrolls sideways without a visible hint`);
   });
@@ -70,24 +74,13 @@ OVERFLOW_JS = """() => {
 }"""
 
 
-def _code(cells):
-    return [c.source.strip() for c in cells if c.cell_type == "code"]
-
-
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_nbval_reference_matches_the_chapter(chapter):
-    ref = ROOT / "tests" / "nbval" / f"{chapter.stem}.ipynb"
-    assert ref.exists(), f"{ref} is missing: run `make references`"
-    assert _code(nbformat.read(ref, as_version=4).cells) == _code(jupytext.read(chapter).cells), \
-        f"{chapter.name} changed since its nbval reference: run `make references`"
-
-
 def _built():
     if not (HTML / "index.html").exists():
         pytest.fail(f"{HTML} has no built book: run `make book-from-runs` first")
     return sorted(HTML.glob("book/*.html")) + [HTML / "index.html"]
 
 
+@pytest.mark.book
 def test_built_html_requests_no_cdn():
     offenders = {p.name: CDN.findall(p.read_text(errors="ignore")) for p in HTML.rglob("*.html")} \
         if HTML.exists() else {}
@@ -114,14 +107,14 @@ def test_every_chart_renders_offline_in_chromium():
             "--disable-background-networking", "--disable-component-update", "--disable-sync"])
         context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
         external = []
-        context.route(re.compile(r"^(?!file:).*"), lambda route: (external.append(route.request.url),
-                                                                   route.abort()))
+        context.route(re.compile(r"^(?!file:).*"),
+                      lambda route: (external.append(route.request.url), route.abort()))
         for html in pages:
             page = context.new_page()
             errors = []
-            page.on("console", lambda msg: errors.append(msg.text)
+            page.on("console", lambda msg, errors=errors: errors.append(msg.text)
                     if msg.type == "error" and msg.text not in KNOWN_THEME_NOTICES else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
             page.goto(html.as_uri(), wait_until="load")
             if 'http-equiv="Refresh"' in html.read_text(errors="ignore"):
                 # The site's root page redirects to the first chapter: evaluate the page it
@@ -132,7 +125,7 @@ def test_every_chart_renders_offline_in_chromium():
             for i in range(charts.count()):
                 try:
                     charts.nth(i).locator("svg, canvas").first.wait_for(timeout=15000)
-                except Exception:  # noqa: BLE001 - reported below with the page's name
+                except Exception:  # reported below with the page's name
                     problems.append(f"{html.name}: chart {i} drew nothing")
             problems += [f"{html.name}: {p}" for p in page.evaluate(OVERFLOW_JS)]
             if page.locator(".vega-error").count():

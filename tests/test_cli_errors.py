@@ -9,6 +9,7 @@ are filled in.
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -88,7 +89,15 @@ BAD = [
     # runs
     (["runs", "--root", "/no/such/store"], ["--root", "no such file or folder"]),
     (["runs", "--root", "{file}"], ["--root", "not a folder"]),
+    # a store that cannot be written fails before the host-speed probe or an engine start
+    (["sweep", "--root", "/proc/forbidden-root"], ["--root", "not a writable run store"]),
+    (["microbench", "--root", "/proc/forbidden-root"], ["--root", "not a writable run store"]),
 ]
+# Each answers within this many seconds (an argument error must not wait for a probe, a model
+# load or an engine start, which take tens of seconds at least); measured per invocation. On a
+# machine busy with other work even `specbench --help` takes longer, so the bound is also never
+# below twice that start-up, timed in the same test (a bound, not a benchmark).
+ANSWER_WITHIN_S = 5.0
 
 
 def _manifest(kind="sweep", **over):
@@ -132,22 +141,29 @@ def _invoke(argv, places):
             and "--root" not in argv \
             and "--resume" not in argv:
         argv += ["--root", places["root"]]
-    return argv, subprocess.run([sys.executable, "-m", "specbench.cli.main", *argv],
-                                capture_output=True, text=True, timeout=120,
-                                cwd=places["base"])
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "specbench.cli.main", *argv],
+                         capture_output=True, text=True, timeout=120, cwd=places["base"])
+    out.seconds = time.monotonic() - start
+    return argv, out
 
 
 def test_every_bad_invocation_is_one_line_exit_2_and_writes_nothing(places):
     before = _tree(places["base"])
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda row: _invoke(row[0], places), BAD))
+        start_up = max(out.seconds for _, out in pool.map(
+            lambda _: _invoke(["--help"], places), range(2)))
+    within = max(ANSWER_WITHIN_S, 2 * start_up)
     failures = []
-    for (argv, words), (sent, out) in zip(BAD, results):
+    for (_, words), (sent, out) in zip(BAD, results, strict=True):
         errors = [line for line in out.stderr.splitlines() if "error:" in line]
         last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
         problems = []
         if out.returncode != 2:
             problems.append(f"exit {out.returncode}")
+        if out.seconds > within:
+            problems.append(f"answered after {out.seconds:.1f} s (bound {within:.1f} s)")
         if "Traceback" in out.stderr:
             problems.append("traceback")
         if len(errors) != 1 or errors[0] != last:

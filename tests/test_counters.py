@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from specbench.engine.counters import (MissingSpecMetrics, SpecCounters, from_prometheus_text,
-                                from_vllm_metrics)
+from specbench.engine.counters import MissingSpecMetrics, from_prometheus_text, from_vllm_metrics
+from specbench.theory.counters import SpecCounters
 
 
 def _offline(fixtures, name="get_metrics_v1.json"):
@@ -61,7 +61,7 @@ def test_v0_names(fixtures):
     unknown_k = from_prometheus_text(text)
     assert unknown_k.drafts is None
     with pytest.raises(ValueError, match="num_speculative_tokens"):
-        unknown_k.mean_acceptance_length
+        _ = unknown_k.mean_acceptance_length
 
 
 def test_sum_over_engines():
@@ -76,10 +76,14 @@ def test_sum_over_engines():
         'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 5.0',
         'vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 7.0',
         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 3.0',
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 2.0',
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 4.0',
-        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="1"} 3.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+        '{engine="0",model_name="m",position="0"} 3.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+        '{engine="0",model_name="m",position="1"} 2.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+        '{engine="1",model_name="m",position="0"} 4.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+        '{engine="1",model_name="m",position="1"} 3.0',
         ""])
     assert from_prometheus_text(text) == SpecCounters(7, 14, 12, (7, 5))
 

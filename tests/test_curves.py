@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from specbench.report import curves
-from specbench.engine.counters import DecodeTally, SpecCounters
+from specbench.theory.counters import DecodeTally, SpecCounters
 
 
 def _cell(**kw):

@@ -261,7 +261,7 @@ def test_seeded_request_with_a_chunked_prefill_kills_the_cpu_engine(monkeypatch,
     finally:
         try:
             llm.llm_engine.engine_core.shutdown()
-        except Exception:  # noqa: BLE001 - the engine core is already dead
+        except Exception:  # the engine core is already dead
             pass
 
 
@@ -337,7 +337,8 @@ def test_lossless_passes_the_patch_to_both_arms_and_the_manifest(tmp_path, monke
     from specbench.cli import main as cli
     from specbench.engine import vllm_engine as engine
     from specbench.measure import lossless
-    from specbench.store import contract, runs
+    from specbench.measure import contract
+    from specbench.store import runs
     (tmp_path / "config.json").write_text("{}")
     seen = {"arms": []}
 
@@ -362,7 +363,8 @@ def test_lossless_passes_the_patch_to_both_arms_and_the_manifest(tmp_path, monke
     monkeypatch.setattr(engine, "Engine", StandInEngine)
     monkeypatch.setattr(cli, "_measure", lambda parser, cfg, run: run(cfg, progress=False))
     with pytest.raises(Stop):
-        cli.main(["lossless", "--model", str(tmp_path), "--engine-patch", CPU_EXPAND_FIX])
+        cli.main(["lossless", "--model", str(tmp_path), "--engine-patch", CPU_EXPAND_FIX,
+                  "--root", str(tmp_path / "runs")])
     assert seen["arms"] == [CPU_EXPAND_FIX] * 2
     assert seen["contract"]["engine_patch"] == CPU_EXPAND_FIX
     with pytest.raises(Stop):

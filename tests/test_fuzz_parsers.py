@@ -5,12 +5,13 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from specbench.store import runs
-from specbench.engine.counters import (CounterFormatError, MissingSpecMetrics, SpecCounters,
-                                from_prometheus_text, from_vllm_metrics)
+from specbench.engine.counters import (CounterFormatError, MissingSpecMetrics,
+                                       from_prometheus_text, from_vllm_metrics)
+from specbench.theory.counters import SpecCounters
 from specbench.measure.hostfloor import NsysFormatError, read_kernel_summary_csv
 
 from conftest import FIXTURES
@@ -29,15 +30,26 @@ JUNK = st.sampled_from(["", "x", "-1", "1e400", "nan", "NaN", "+Inf", "{", "}", 
 def _mutated_lines(lines):
     """Real lines, some dropped, duplicated, reordered, cut or with junk spliced in."""
     line = st.one_of(st.sampled_from(lines), st.text(max_size=40),
-                     st.builds(lambda l, cut: l[:cut], st.sampled_from(lines),
+                     st.builds(lambda s, cut: s[:cut], st.sampled_from(lines),
                                st.integers(0, 80)),
-                     st.builds(lambda l, at, j: l[:at] + j + l[at:], st.sampled_from(lines),
+                     st.builds(lambda s, at, j: s[:at] + j + s[at:], st.sampled_from(lines),
                                st.integers(0, 80), JUNK))
     return st.lists(line, max_size=len(lines) + 5).map("\n".join)
 
 
+def _with_count(lines, metric, value):
+    """The real capture with ``metric``'s sample set to ``value`` (the cases random splicing
+    rarely reaches: a well-formed line holding a count that is negative or fractional)."""
+    return "\n".join(f"{line.rsplit(' ', 1)[0]} {value}" if line.startswith(metric + "{")
+                     else line for line in lines)
+
+
 @FUZZ
 @given(_mutated_lines(METRICS_LINES + V0_LINES), st.sampled_from([None, 4]))
+@example(_with_count(METRICS_LINES, "vllm:spec_decode_num_draft_tokens_total", "-84.0"), None)
+@example(_with_count(METRICS_LINES, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "-1"),
+         None)
+@example(_with_count(METRICS_LINES, "vllm:spec_decode_num_drafts_total", "2.5"), None)
 def test_metrics_text_parses_or_raises_a_clear_error(text, gamma):
     try:
         counters = from_prometheus_text(text, num_speculative_tokens=gamma, source="fuzz")
@@ -45,7 +57,9 @@ def test_metrics_text_parses_or_raises_a_clear_error(text, gamma):
         assert "fuzz" in str(exc)
     else:
         assert isinstance(counters, SpecCounters)
-        assert counters.draft_tokens >= 0 or True  # a capture may hold any count
+        counts = [counters.draft_tokens, counters.accepted_tokens, *counters.accepted_per_pos]
+        counts += [] if counters.drafts is None else [counters.drafts]
+        assert all(isinstance(c, int) and c >= 0 for c in counts), counters
 
 
 VALUES = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=True), st.none(),

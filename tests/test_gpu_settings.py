@@ -11,7 +11,7 @@ import pytest
 
 from specbench.cli import main as cli
 
-from specbench.store import contract
+from specbench.measure import contract
 
 from specbench.engine import vllm_engine as engine
 
@@ -28,6 +28,8 @@ def test_every_arm_pins_async_scheduling_off_and_runs_eager_by_default(gamma):
     if gamma:
         assert kwargs["speculative_config"]["method"] == "ngram"
         assert kwargs["speculative_config"]["num_speculative_tokens"] == gamma
+    else:   # the baseline arm runs without any speculative config
+        assert "speculative_config" not in kwargs
     graphs = EngineSettings(model="org/name", gamma=gamma, enforce_eager=False).llm_kwargs()
     assert graphs["enforce_eager"] is False and graphs["async_scheduling"] is False
 
@@ -90,6 +92,8 @@ def test_manifest_records_async_and_graph_mode(monkeypatch, tmp_path):
     assert m["engine"]["enforce_eager"] is False and "CUDA graphs" in m["engine"]["graph_mode"]
     assert m["engine"]["speculative_method"] == "ngram"
     assert m["roofline"].startswith("no roofline: model shape unknown")   # no config.json
+    # Every new run names the host and boot that measured it (store.hosts groups by them).
+    assert m["host"]["boot_id"] and m["host"]["host_id"]
 
 
 def test_sweep_config_carries_graph_mode_to_engines_and_manifest(monkeypatch, tmp_path):

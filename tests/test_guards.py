@@ -7,8 +7,6 @@ sentence it would otherwise print.
 """
 import os
 import re
-import shutil
-import stat
 from pathlib import Path
 
 import jupytext
@@ -20,21 +18,14 @@ from nbclient.exceptions import CellExecutionError
 from specbench.report.chapters import regimes
 from specbench.report.wording import ClaimError
 
+pytestmark = pytest.mark.data
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "a step emits at most γ+1 tokens"
 
 
-def _writable_copy(tmp_path: Path) -> Path:
-    store = tmp_path / "runs"
-    shutil.copytree(ROOT / "runs", store)
-    for path in store.rglob("*"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    return store
-
-
 @pytest.fixture
-def impossible_store(tmp_path):
-    store = _writable_copy(tmp_path)
+def impossible_store(store_to_change):
+    store = store_to_change
     first = sorted(store.glob("cpu-amd-epyc-1t-bfloat16/sweep-*/cells.csv"))[-1]
     cells = pd.read_csv(first)
     column = "emitted_per_step" if "emitted_per_step" in cells else "tokens_per_step"

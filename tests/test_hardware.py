@@ -10,15 +10,14 @@ import types
 
 import pytest
 
-from specbench.store import contract
-
 from specbench.engine import vllm_engine as engine
 
 from specbench.engine import hardware
 
 H100_L = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e9a1c7e-0b1e-4c2b-9d0a-1f2e3d4c5b6a)\n"
           "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-6f0b2d8f-1c2f-5d3c-0e1b-2a3f4e5d6c7b)\n")
-H100_QUERY = "NVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\nNVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\n"
+H100_QUERY = ("NVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\n"
+              "NVIDIA H100 80GB HBM3, 550.54.15, 81559 MiB\n")
 MIG_L = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e9a1c7e-0b1e-4c2b-9d0a-1f2e3d4c5b6a)\n"
          "  MIG 1g.10gb     Device  0: (UUID: MIG-1d2c3b4a-5e6f-7a8b-9c0d-1e2f3a4b5c6d)\n")
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -75,7 +74,7 @@ def test_probe_sees_a_gpu_through_nvidia_smi_without_torch_cuda(tmp_path, monkey
     assert [g["name"] for g in info["gpus"]] == ["NVIDIA H100 80GB HBM3"] * 2
     assert info["gpus"][0]["driver"] == "550.54.15"
     assert engine.sku_id(info, "bfloat16") == "h100-80gb-hbm3-bfloat16"
-    ceilings = contract.roofline_sku(info, None, "bfloat16")
+    ceilings = hardware.roofline_sku(info, None, "bfloat16")
     assert ceilings["status"] == "datasheet" and ceilings["bandwidth"] == 3.35e12
 
 
@@ -148,9 +147,9 @@ def test_unreadable_model_shape_is_recorded_not_raised(tmp_path):
     (tmp_path / "config.json").write_text(
         '{"num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, '
         '"vocab_size": 100}')
-    shape = contract.model_shape(str(tmp_path), "bfloat16")
+    shape = hardware.model_shape(str(tmp_path), "bfloat16")
     assert shape["status"] == "unknown" and "hidden_size" in shape["reason"]
-    assert contract.model_shape("org/name", "bfloat16") is None        # hub id: no config
+    assert hardware.model_shape("org/name", "bfloat16") is None        # hub id: no config
 
 
 def test_engine_cores_follow_the_thread_bind():
@@ -173,3 +172,34 @@ def test_engine_cores_follow_the_thread_bind():
 ])
 def test_native_bf16_reads_the_cpu_flags(flags, native):
     assert hardware.native_bf16(flags) is native
+
+
+@pytest.mark.parametrize("flags, gpu, expected", [
+    ("fpu sse2 avx2 fma avx512f avx512_bf16", False, "bfloat16"),   # Zen 4
+    ("fpu sse2 avx2 fma vaes vpclmulqdq", False, "float32"),         # Zen 3: bf16's slow fallback
+    ("fpu sse2 avx2 fma vaes vpclmulqdq", True, "bfloat16"),         # any CPU beside a GPU
+])
+def test_every_command_defaults_to_the_machines_fast_dtype(monkeypatch, flags, gpu, expected):
+    """One resolver decides every command's default dtype (as `make book` decides its own), from
+    the CPU's flags; an asked dtype is kept, and a configuration holds the dtype itself, so the
+    manifest records it and never 'default'."""
+    from specbench.measure.lossless import LosslessConfig
+    from specbench.measure.microbench import MicrobenchConfig
+    from specbench.measure.serving import ServingConfig
+    from specbench.measure.sweep_config import SweepConfig
+    monkeypatch.setattr(hardware, "_cpu_field", lambda name: flags if name == "flags" else None)
+    monkeypatch.setattr(hardware, "on_gpu", lambda: gpu)
+    assert hardware.default_dtype() == hardware.resolve_dtype(None) == expected
+    assert hardware.resolve_dtype("float32") == "float32"
+    for config in (SweepConfig, MicrobenchConfig, LosslessConfig, ServingConfig):
+        assert config().dtype == expected, config.__name__
+        assert config(dtype="float16").dtype == "float16", config.__name__
+
+
+@pytest.mark.parametrize("command", ["sweep", "microbench", "lossless", "serve-bench"])
+def test_help_says_what_the_default_dtype_means(command, capsys):
+    from specbench.cli.main import main
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "machine's fast dtype" in text and "float32" in text

@@ -1,4 +1,4 @@
-"""A noisy host is read from the run's own repetitions (specbench.store.load.repetition_cv_pct),
+"""A noisy host is read from the run's own repetitions (specbench.derive.noise.repetition_cv_pct),
 recorded in the manifest, warned about, and named in the accuracy chapter."""
 import itertools
 import warnings
@@ -10,7 +10,7 @@ import pytest
 import standin_sweep
 from specbench.measure import sweep
 from specbench.report.evaluation import host_noise_summary as _host_noise
-from specbench.store.load import NOISY_HOST_CV_PCT, repetition_cv_pct
+from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
 from specbench.store.runs import load_runs
 
 FIXTURES = Path(__file__).parent / "fixtures"

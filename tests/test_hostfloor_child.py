@@ -1,6 +1,6 @@
 """The GPU host floor's profiled child, run for real (on this machine's CPU engine, without
 nsys): ``python -m specbench.measure.hostfloor --child`` starts vLLM, times one call and leaves its
-result in the file it was given. About half a minute; skipped with SPECBENCH_SKIP_ENGINE=1."""
+result in the file it was given. About half a minute."""
 import json
 import os
 import subprocess

@@ -6,8 +6,8 @@ exports the report to ``NAME.sqlite`` — reusing an existing export unless
 ``--force-export=true`` — and writes ``<prefix>_<report>.csv`` in the kernel-summary format of
 tests/fixtures/nsys_*.csv. Each profile's kernels differ, so a profile that read another's
 report would be caught. The profiled child is replaced by a small script (starting vLLM is the
-engine test's job); ``python -m specbench.measure.hostfloor --child`` itself is checked for its entry
-point here and run for real in tests/test_hostfloor_child.py.
+engine test's job); ``python -m specbench.measure.hostfloor --child`` itself is checked for its
+entry point here and run for real in tests/test_hostfloor_child.py.
 """
 import json
 import os

@@ -2,7 +2,8 @@
 
 Each expected value is computed independently of the library — from reps.csv by hand, or
 taken from the reading of the runs recorded in issue 8 — so a wrong formula in
-specbench.report.chapters.numbers or specbench.report.curves fails here even when it is self-consistent.
+specbench.report.chapters.numbers or specbench.report.curves fails here even when it is
+self-consistent.
 """
 import pandas as pd
 import pytest
@@ -20,8 +21,9 @@ def first_sweep():
 
 def _by_hand(reps: pd.DataFrame, workload, batch, gamma):
     """Step cost over t_base from raw repetitions: median pot × decoded/steps ÷ median γ=0 pot."""
-    cell = reps[(reps["workload"] == workload) & (reps["batch"] == batch) & (reps["gamma"] == gamma)]
-    base = reps[(reps["workload"] == workload) & (reps["batch"] == batch) & (reps["gamma"] == 0)]
+    same = (reps["workload"] == workload) & (reps["batch"] == batch)
+    cell = reps[same & (reps["gamma"] == gamma)]
+    base = reps[same & (reps["gamma"] == 0)]
     decoded = (cell["output_tokens"] - batch).sum()
     # A step emits one token plus its accepted drafts; drafts accepted past max_tokens are
     # counted but not kept, so a drafting step is a step even then.

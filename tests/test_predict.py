@@ -55,7 +55,8 @@ def test_a_cells_own_latency_never_moves_its_prediction():
     hit = (c["sku"] == "a") & (c["workload"] == "edit") & (c["gamma"] == 4)
     c.loc[hit, "pot_ms"] *= 1.5
     after = add_predictions(c)
-    assert after.loc[hit, "model_pot_ms"].item() == pytest.approx(before.loc[hit, "model_pot_ms"].item())
+    assert (after.loc[hit, "model_pot_ms"].item()
+            == pytest.approx(before.loc[hit, "model_pot_ms"].item()))
 
 
 def test_a_held_out_skus_counters_never_move_its_predictions():

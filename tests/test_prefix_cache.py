@@ -12,8 +12,8 @@ other, nothing else running:
 * ``store_make_book_zen4_noisy``: `make book`'s own measurement (sweep and kernel
   microbenchmark) on that host, the day its repetitions spread 14 % in the median cell (2-54 %;
   2.7 % on the same kind of machine the day before, ``store_make_book_zen4``).
-* ``store_make_book_zen5_noisy``: `make book` (7.6 minutes end to end) on a 2-core Zen 5 (cpu
-  family 26, model 2) later that day, right after a quiet-machine Spec-Bench sweep there: its
+* ``store_make_book_zen5_noisy``: `make book` on a 2-core Zen 5 (cpu family 26, model 2)
+  later that day, right after a quiet-machine Spec-Bench sweep there: its
   calls' repetitions vary by 11.7 % (median coefficient of variation; 1.9 % in that kind's
   sweep of 30 November), again with no foreign CPU time.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from specbench.report import analysis
@@ -78,7 +77,7 @@ def noisy(request):
 def test_the_noisy_host_is_visible_in_the_run(noisy):
     spread = noisy.groupby("batch")["rep_spread_pct"].median()
     assert (spread > 10).all()                  # 1-5 % on a quiet host
-    # … and the book labels the SKU a noisy host (specbench.store.load.repetition_cv_pct).
+    # … and the book labels the SKU a noisy host (specbench.derive.noise.repetition_cv_pct).
     assert noisy["noisy_host"].all()
 
 

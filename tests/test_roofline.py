@@ -113,8 +113,9 @@ def test_unknown_model_shape_is_explicit():
     assert rl.roofline_status(None, sku).startswith("no roofline: model shape unknown")
     bad = {"status": "unknown", "reason": "config.json: missing field 'hidden_size'"}
     assert "hidden_size" in rl.roofline_status(bad, sku)
-    assert rl.roofline_status({"name": "x", "layers": 2, "hidden": 64, "intermediate": 128,
-                               "heads": 4, "kv_heads": 2, "vocab": 100}, sku).startswith("roofline:")
+    ok = {"name": "x", "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4,
+          "kv_heads": 2, "vocab": 100}
+    assert rl.roofline_status(ok, sku).startswith("roofline:")
 
 
 def test_analysis_leaves_d_missing_without_a_roofline():

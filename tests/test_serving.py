@@ -2,7 +2,7 @@
 ``engine`` — a real vLLM server on loopback driven by vLLM's own benchmark client.
 
 The engine tests share one speculating server (module fixture); the kill tests start their own,
-because they kill it. About three minutes on a 2-core CPU.
+because they kill it.
 """
 import math
 import os
@@ -156,8 +156,9 @@ def test_qualified_requests_follow_the_clients_goodput_rule():
 
 def test_cost_per_million_qualified_tokens_on_whole_replicas(tmp_path):
     cfg = replace(_cfg(tmp_path), price_per_replica_hour=0.10, demand_tokens_per_s=1000.0)
-    levels = serving_economics.add_costs(pd.DataFrame({"qualified_tokens_per_s": [20.0, 0.0, 30.0]}),
-                                         cfg.price_per_replica_hour, cfg.demand_tokens_per_s)
+    levels = serving_economics.add_costs(
+        pd.DataFrame({"qualified_tokens_per_s": [20.0, 0.0, 30.0]}),
+        cfg.price_per_replica_hour, cfg.demand_tokens_per_s)
     # 1000 / 20 = 50 replicas at $0.10/h = $5/h for 3.6 M tokens/h → $1.389 per million.
     assert levels["replicas"].tolist()[0] == 50
     assert levels["cost_per_million_usd"][0] == pytest.approx(5 / 3.6)
@@ -179,7 +180,7 @@ def _requests(tpot_by_gamma_and_level, n=8, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for (gamma, level), tpot in tpot_by_gamma_and_level.items():
-        for i in range(n):
+        for _ in range(n):
             rows.append({"workload": "w", "gamma": gamma, "mode": "concurrency",
                          "level": level, "tpot_ms": tpot * (1 + 0.01 * rng.standard_normal())})
     return pd.DataFrame(rows)
@@ -352,12 +353,11 @@ def test_a_terminated_harness_takes_its_server_with_it(tmp_path, engine_dtype):
 
 def _committed_serving_run():
     from specbench.report import serving as serving_report
-    try:
-        return serving_report.latest_run(ROOT / "runs")
-    except FileNotFoundError:
-        pytest.skip("no serving run committed under runs/")
+    from specbench.store.runs import DEFAULT_ROOT
+    return serving_report.latest_run(DEFAULT_ROOT)   # FileNotFoundError when none: a failure
 
 
+@pytest.mark.data
 def test_committed_serving_run_has_the_promised_columns_and_agreeing_acceptance():
     run = _committed_serving_run()
     levels = run.table("levels.csv")
@@ -374,11 +374,13 @@ def test_committed_serving_run_has_the_promised_columns_and_agreeing_acceptance(
     assert (spec["client_acceptance_rate"] - spec["alpha"]).abs().max() < 1e-9
     m = run.manifest
     assert m["kind"] == "serving" and m["dataset"]["spec_bench_sha256"]
-    assert all(len(ids) == m["load"]["num_prompts"] for ids in m["dataset"]["question_ids"].values())
+    assert all(len(ids) == m["load"]["num_prompts"]
+               for ids in m["dataset"]["question_ids"].values())
     assert "127.0.0.1" in m["server"]["command"]
     assert m["slo"]["ttft_ms"] > 0 and m["slo"]["tpot_ms"] > 0
 
 
+@pytest.mark.data
 def test_chapter_numbers_name_their_run_and_state_the_crossover():
     from specbench.report.chapters import serving as chapter
     run = _committed_serving_run()
@@ -387,6 +389,11 @@ def test_chapter_numbers_name_their_run_and_state_the_crossover():
     crossover = serving_tables(run)[2]
     assert numbers["n_crossover"] + numbers["n_no_crossover"] + numbers["n_below_from_start"] \
         == len(crossover)
-    for workload in crossover["workload"].unique():
-        assert f"'{workload}'" in numbers["crossover_sentence"]
+    assert numbers["n_pairs"] == len(crossover)
+    # The prose quotes the pair whose speedup falls furthest with load, and counts the others.
+    speed = serving_tables(run)[1]
+    ends = speed.pivot_table(index=["workload", "gamma"], columns="concurrency", values="speedup")
+    fall = ends[numbers["load_lo"]] - ends[numbers["load_hi"]]
+    assert numbers["n_falls"] == (fall > 0).sum()
+    assert numbers["drop_from"] - numbers["drop_to"] == pytest.approx(fall.max())
     assert numbers["acceptance_counts_equal"] == numbers["acceptance_levels"]

@@ -198,7 +198,8 @@ def test_cancelled_task_is_reported_at_once_and_only_it_is_resubmitted(submitted
 
     def running():
         return {s.key: s for s in cluster.statuses(folder)
-                if (s.key == "cpu-000" and s.final) or (s.key == "cpu-001" and s.state == "RUNNING")}
+                if (s.key == "cpu-000" and s.final)
+                or (s.key == "cpu-001" and s.state == "RUNNING")}
     _wait_until("one task done, the other running", lambda: len(running()) == 2)
     sleeper = running()["cpu-001"].job_id
     subprocess.run(["scancel", sleeper], check=True)

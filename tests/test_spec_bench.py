@@ -66,6 +66,7 @@ def test_the_real_file_has_six_categories_of_eighty():
 
 
 @needs_file
+@pytest.mark.data   # reads every tracked file, runs/ included
 def test_no_spec_bench_prompt_text_is_tracked():
     """Runs record question ids and hashes; the prompt texts never enter the repository."""
     frags = []

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 import standin_sweep
-from specbench.measure import sweep, sweep_tables
+from specbench.derive import sweep_tables
+from specbench.measure import sweep
 from specbench.store.runs import load_runs
 
 
@@ -120,6 +121,14 @@ def test_summarize_compares_outputs_and_derives_rates():
     # the γ=0 row is the paired base
     assert cells.loc[0, "pot_ms"] == 10.0 and cells.loc[0, "speedup"] == 1.0
     assert not cells["loaded"].any()
+
+
+def test_an_output_cut_short_mismatches_where_it_ends():
+    """One output a prefix of the other: unequal, first mismatch at the shorter one's end
+    (before, no position; beside another request's mismatch, min() of it and None raised)."""
+    _, cells = sweep_tables.summarize({"b": _record(2, [[1, 2]], 4, 6)})
+    cell = cells.set_index("gamma").loc[2]
+    assert not cell["outputs_equal"] and cell["first_mismatch"] == 2
 
 
 def test_no_draft_cell_has_alpha_zero_and_one_token_per_step():

@@ -1,4 +1,5 @@
-"""Readable tables (specbench.report.tables): no index column, rounding, a scroll box with a hint."""
+"""Readable tables (specbench.report.tables): no index column, rounding, a scroll box with a
+hint."""
 import numpy as np
 import pandas as pd
 

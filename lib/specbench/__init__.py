@@ -1,14 +1,18 @@
 """specbench: speculative decoding and the per-step cost it amortizes, measured.
 
-The package is layered; each layer imports only those below it (checked by import-linter, see
-``.importlinter``)::
+The package is layered; each layer imports only those below it, and the two on one line not
+each other (checked by import-linter: the contracts in ``pyproject.toml``)::
 
-    cli       the specbench command, the notebook runner, Slurm submission
-    report    cells, evaluation, transfer, planning, charts, one module per chapter
-    measure   sweep, serving, microbenchmark, lossless test, host floor, workloads
-    store     the run store and the benchmark contract
-    engine    the vLLM adapter, counters, hardware identity
-    theory    eq. 1, the headline model, roofline, economics (pure functions)
+    cli                the specbench command, the notebook runner, Slurm submission
+    report | measure   report: cells, evaluation, transfer, planning, charts, one module per
+                       chapter — from stored runs only, never the engine or a measurement;
+                       measure: sweep, serving, microbenchmark, lossless test, host floor,
+                       workloads, the manifest's contract — what runs the engine and writes runs
+    derive             a run's tables from its stored records (sweep tables, host-floor
+                       differencing, overhead, host noise), for both of the above
+    store | engine     store: the run store, file I/O only; engine: the vLLM adapter, the
+                       counter readers, hardware identity
+    theory             eq. 1, the headline model, roofline, economics, counters, SLOs (pure)
 
 What a reader's own notebook or script needs is exported here, so it does not depend on the
 internal layout: ``load_runs``, ``sweep_cells`` (every cell with its predictions),

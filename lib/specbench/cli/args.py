@@ -16,13 +16,16 @@ validation; :func:`main` turns it into the same usage line and exit status 2.
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 from specbench.engine.vllm_engine import DTYPES
 
 __all__ = ["DTYPES", "UsageError", "positive_int", "nonnegative_int", "int_list", "gamma_list",
-           "batch_list", "choice_list", "dtype", "existing_path", "existing_file", "existing_dir", "store_root", "model_ref",
-           "run_folder", "run_folder_of", "reject_with", "explicitly_set"]
+           "batch_list", "choice_list", "dtype", "existing_path", "existing_file", "existing_dir",
+           "store_root", "model_ref", "run_folder", "run_folder_of", "reject_with",
+           "explicitly_set"]
 
 # The dtypes the engine and the roofline microbenchmark both understand.
 
@@ -129,10 +132,22 @@ def existing_dir(text: str) -> Path:
 
 
 def store_root(text: str) -> Path:
-    """A run store folder: created when absent, but never a file."""
+    """A run store folder: created when absent, but never a file, and writable — checked here,
+    before any probe, model load or engine start, so a bad --root fails in a second."""
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         _fail(f"{text!r} is a file, not a run store folder")
+    missing = next((p for p in [path, *path.parents] if p.parent.exists()), path)
+    created = not missing.exists()
+    try:   # the folder is made and written to for real (as root, os.access says yes to /proc)
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        _fail(f"{text!r} is not a writable run store folder ({exc.strerror or exc})")
+    finally:
+        if created and missing.exists():
+            shutil.rmtree(missing)   # a probe only: the run creates its folder when it starts
     return path
 
 
@@ -177,7 +192,7 @@ def explicitly_set(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    flags: list[str]) -> list[str]:
     """Which of ``flags`` the user gave a value other than the default."""
     given = []
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public lookup by flag
+    for action in parser._actions:  # private: argparse has no public lookup by flag
         flag = next((f for f in flags if f in action.option_strings), None)
         if flag is None:
             continue

@@ -14,15 +14,21 @@ import sys
 from specbench.cli import args as cliargs
 from specbench.cli import plan as plan_cli
 from specbench.cli import predict as predict_cli
+from specbench.engine.hardware import FAST_DTYPE_HELP
 from specbench.store.runs import DEFAULT_ROOT
 
 # Every command writes to the store the book reads ($SPECBENCH_RUNS, else the checkout's
 # runs/), wherever it is started from.
 STORE = str(DEFAULT_ROOT)
+# The default of a --root that a new run is written to: a Path, which argparse does not pass
+# through the option's type (it would probe the default store on every parse, a --resume or a
+# test's included); a command that writes there checks it after parsing (_check_default_root).
+NEW_RUN_STORE = DEFAULT_ROOT
 
 # The sweep flags a resumed run may not take: it keeps the settings it was started with.
-RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads", "--workload-file",
-                    "--prompts", "--temperatures", "--seed", "--unpaired", "--base-per-gamma", "--spec-bench",
+RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads",
+                    "--workload-file", "--prompts", "--temperatures", "--seed", "--unpaired",
+                    "--base-per-gamma", "--spec-bench",
                     "--max-tokens", "--warmup", "--reps", "--dtype", "--root", "--notes",
                     "--cuda-graphs", "--async-scheduling", "--speculative-method",
                     "--prefix-caching", "--judged-against"]
@@ -32,14 +38,16 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated whole numbers, got {text!r}") from None
 
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
@@ -62,28 +70,30 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                    help="your own prompts in vLLM's custom-dataset format (one JSON object per "
                         "line with 'prompt' and optional 'output_tokens'); repeatable; added to "
                         "--workloads as file:FILE.jsonl")
-    p.add_argument("--prompts", type=cliargs.positive_int, default=4, help="prompts per cell: the first K of a "
-                   "workload that fit the context (4)")
+    p.add_argument("--prompts", type=cliargs.positive_int, default=4,
+                   help="prompts per cell: the first K of a workload that fit the context (4)")
     p.add_argument("--temperatures", type=_floats, default=(0.0,),
                    help="sampling temperatures, comma list (default 0: greedy); seeded")
-    p.add_argument("--seed", type=cliargs.nonnegative_int, default=0, help="seed of the temperature cells (0)")
+    p.add_argument("--seed", type=cliargs.nonnegative_int, default=0,
+                   help="seed of the temperature cells (0)")
     p.add_argument("--unpaired", action="store_true", help="measure γ=0 as cells of its own "
                    "instead of interleaving a γ=0 engine's calls with every γ>0 cell")
     p.add_argument("--base-per-gamma", action="store_true", help="one γ at a time, each "
                    "beside its own γ=0 calls (runs before 2026-12-01), instead of one γ=0 arm "
                    "shared round-robin by every γ's engine, all alive at once (a third less "
                    "time with three γ; on a GPU, memory for every engine)")
-    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file, help="Spec-Bench question file "
-                   "(default $SPECBENCH_SPEC_BENCH or ../shared/data/spec_bench/question.jsonl)")
+    p.add_argument("--spec-bench", metavar="QUESTION.jsonl", type=cliargs.existing_file,
+                   help="Spec-Bench question file (default $SPECBENCH_SPEC_BENCH or "
+                        "../shared/data/spec_bench/question.jsonl)")
     p.add_argument("--max-tokens", type=cliargs.positive_int, default=128,
                    help="new tokens per request (128)")
     p.add_argument("--warmup", type=cliargs.nonnegative_int, default=DEFAULT_WARMUP,
                    help=f"warmup calls per cell ({DEFAULT_WARMUP})")
     p.add_argument("--reps", type=cliargs.positive_int, default=DEFAULT_REPS,
                    help=f"timed repetitions per cell ({DEFAULT_REPS})")
-    p.add_argument("--dtype", type=cliargs.dtype, default="bfloat16",
-                   help=f"one of {', '.join(cliargs.DTYPES)} (bfloat16)")
-    p.add_argument("--root", type=cliargs.store_root, default=STORE,
+    p.add_argument("--dtype", type=cliargs.dtype, default=None,
+                   help=f"one of {', '.join(cliargs.DTYPES)} ({FAST_DTYPE_HELP})")
+    p.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE,
                    help="run store folder (default: $SPECBENCH_RUNS, else the checkout's runs/)")
     p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
                    help="finish an interrupted run in place (no other sweep flags with it)")
@@ -141,7 +151,8 @@ def _rates(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",")) if text else ()
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
@@ -166,7 +177,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--price-per-replica-hour", type=float, default=0.10, help="USD (0.10)")
     p.add_argument("--demand-tokens-per-s", type=float, default=1000.0,
                    help="peak demand the fleet serves, output tokens/s (1000)")
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", type=cliargs.dtype, default=None, help=FAST_DTYPE_HELP)
     p.add_argument("--root", default=STORE)
     p.add_argument("--notes", default="")
 
@@ -207,7 +218,7 @@ def main(argv=None) -> int:
     over.add_argument("--model", type=cliargs.model_ref)
     over.add_argument("--pairs", type=cliargs.positive_int, default=8,
                       help="alternating pairs (8)")
-    over.add_argument("--root", type=cliargs.store_root, default=STORE)
+    over.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
     micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
                            "(the verify cost d of the headline model)",
                            description="Microbenchmark the linear layers vLLM's CPU backend "
@@ -215,21 +226,22 @@ def main(argv=None) -> int:
                            "threads on its cores (VLLM_CPU_OMP_THREADS_BIND; default one thread "
                            "on core 0); writes a 'microbench' run.")
     micro.add_argument("--model", type=cliargs.model_ref)
-    micro.add_argument("--dtype", type=cliargs.dtype, default="bfloat16")
+    micro.add_argument("--dtype", type=cliargs.dtype, default=None, help=FAST_DTYPE_HELP)
     micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
     micro.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
     micro.add_argument("--context", type=cliargs.positive_int, default=900,
                        help="cached tokens (900)")
     micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
                        help="timed calls per kernel (30)")
-    micro.add_argument("--root", type=cliargs.store_root, default=STORE)
+    micro.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
     loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
                           "distribution unchanged (temperature > 0)",
                           description="Seeded samples of one prompt with and without n-gram "
                           "speculation at each temperature, and a permutation test of "
                           "equal distributions; writes a 'lossless' run.")
     loss.add_argument("--model", type=cliargs.model_ref)
-    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
+                      help=FAST_DTYPE_HELP)
     loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
     loss.add_argument("--workload", choices=("repeat", "open", "edit"), default="repeat",
                       help="the prompt sampled (repeat: copying, few distinct outputs; open: "
@@ -239,7 +251,7 @@ def main(argv=None) -> int:
                       help="samples per arm (48)")
     loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
                       help="compared positions (24)")
-    loss.add_argument("--root", type=cliargs.store_root, default=STORE)
+    loss.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
     _engine_patch_arg(loss)
     plan = sub.add_parser("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION)
     plan_cli.add_arguments(plan)
@@ -257,6 +269,7 @@ def main(argv=None) -> int:
     from specbench.cli.cluster import add_arguments as _cluster_arguments
     _cluster_arguments(clu)
     args = parser.parse_args(argv)
+    _check_default_root(args)
 
     if args.command == "sweep":
         return _sweep(sweep, args)
@@ -296,6 +309,18 @@ def main(argv=None) -> int:
     elif args.command == "runs":
         return _list_runs(args.root)
     return 0
+
+
+def _check_default_root(args) -> None:
+    """The default store, checked as an explicit --root is, by a command about to write a new
+    run there (before any probe, model load or engine start)."""
+    if getattr(args, "root", None) is not NEW_RUN_STORE or getattr(args, "resume", None):
+        return
+    try:
+        cliargs.store_root(str(NEW_RUN_STORE))
+    except argparse.ArgumentTypeError as exc:
+        print(f"specbench {args.command}: error: argument --root: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
@@ -340,7 +365,8 @@ def _sweep(parser: argparse.ArgumentParser, args) -> int:
         run = run_sweep(cfg, resume=args.resume)
     except SweepInterrupted as stop:
         print(f"\nspecbench: interrupted; engines stopped, {stop.done} of {stop.total} "
-              f"{stop.unit} kept. Resume with: specbench sweep --resume {stop.path}", file=sys.stderr)
+              f"{stop.unit} kept. Resume with: specbench sweep --resume {stop.path}",
+              file=sys.stderr)
         return 130
     except KeyboardInterrupt:  # before the run folder existed (hardware probe, roofline)
         print("\nspecbench: interrupted before the run started; nothing was written",

@@ -1,10 +1,15 @@
-"""``specbench predict``: seal a SKU's predicted latencies before its sweep measures them.
+"""``specbench predict``: seal a host's predicted speedups before its sweep measures them.
 
-The SKU has only its calibration — a sweep of the γ=0 arm (``specbench sweep --gammas 0``) and
-a kernel microbenchmark (``specbench microbench``), both taken with the SKU's threads and
-dtype. Everything else comes from the other SKUs in the store (:mod:`specbench.report.sealed`).
-The predictions go into a closed 'prediction' run whose manifest hashes the table; then
-``specbench sweep --judged-against RUN`` measures the SKU and the book compares the two.
+The operator's flow: `make book` on a host measures 'repeat', 'open' and 'edit' at γ 0/2/6 and
+batches 1 and 4 (and the kernel microbenchmark); ``specbench predict --calibration <that sweep>``
+then seals, for every Spec-Bench category × γ × batch, the speedup over the paired γ=0 arm
+from the step cost this host measured and the tokens per step and drafting share the other
+hosts measured per prompt (:mod:`specbench.report.step_cost`). A prediction is refused for a
+workload the calibration's host session already measured with speculation (it would not be
+sealed). A calibration of the γ=0 arm alone (``specbench sweep --gammas 0``) takes the older
+latency path (:func:`specbench.report.sealed.predict`). Either way the predictions go into a
+closed 'prediction' run whose manifest hashes the table; then ``specbench sweep
+--judged-against RUN`` measures the host and the book compares the two.
 """
 from __future__ import annotations
 
@@ -12,41 +17,66 @@ import argparse
 from pathlib import Path
 
 from specbench.cli import args as cliargs
-from specbench.report.sealed import PREDICTIONS, calibration_cells, predict
+from specbench.report.sealed import (
+    PREDICTIONS,
+    SPEC_BENCH,
+    calibration_cells,
+    predict,
+    predict_speedups,
+)
+from specbench.report.step_cost import CALIBRATION_WORKLOADS
 from specbench.store.runs import DEFAULT_ROOT, Run, create_run, load_runs, open_run, sha256_file
 
 __all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
 
-HELP = "seal a SKU's predicted per-token latencies before its sweep (a 'prediction' run)"
+HELP = "seal a host's predicted speedups before its sweep (a 'prediction' run)"
 DESCRIPTION = __doc__.split("\n\n")[0].strip("`") + (
-    " From a SKU's γ=0 calibration sweep and its kernel microbenchmark, predict every "
-    "speculative cell with acceptance pooled from the other SKUs, and write a closed "
-    "'prediction' run; then measure with `specbench sweep --judged-against RUN`.")
+    " From a host's `make book` sweep (or a γ=0 calibration) and its kernel microbenchmark, "
+    "predict every Spec-Bench category × γ × batch with tokens per step and drafting share "
+    "lent per prompt by the other hosts, and write a closed 'prediction' run; then measure "
+    "with `specbench sweep --judged-against RUN`.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", required=True, metavar="SWEEP_RUN",
                    type=cliargs.run_folder_of("sweep"),
-                   help="the SKU's calibration: a complete sweep of γ=0 only")
+                   help="this host's calibration: its `make book` sweep (repeat, open, "
+                        "edit at γ 0/2/6), or a sweep of γ=0 only (latency predictions)")
     p.add_argument("--microbench", metavar="MICROBENCH_RUN",
                    type=cliargs.run_folder_of("microbench"),
                    help="the SKU's kernel microbenchmark (default: its latest in the store)")
-    p.add_argument("--gammas", type=cliargs.gamma_list, default=(2, 4, 6),
-                   help="speculative γ to predict (2,4,6)")
+    p.add_argument("--gammas", type=cliargs.gamma_list, default=None,
+                   help="speculative γ to predict (2,6 from a make book sweep; 2,4,6 from a "
+                        "γ=0 calibration)")
+    p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4),
+                   help="batches to predict (1,4; make book calibrations)")
+    p.add_argument("--workloads", default=",".join(SPEC_BENCH),
+                   help="workloads to predict (default: the six Spec-Bench categories)")
+    p.add_argument("--prompts", type=int, default=2,
+                   help="prompts per category the judged sweep will run (2): the question "
+                        "ids whose acceptance is lent")
     p.add_argument("--root", type=cliargs.existing_dir, default=str(DEFAULT_ROOT),
                    help="the run store the other SKUs are read from and the prediction "
                         "written to (default: $SPECBENCH_RUNS, else the checkout's runs/)")
 
 
-def _calibration(path: Path) -> Run:
+def open_calibration(path: Path) -> Run:
     run = open_run(path)
     where = path / "manifest.json"
     if not run.complete:
         raise ValueError(f"{where}: field status is 'running': finish the calibration first")
-    if run.manifest["grid"]["gammas"] != [0]:
-        raise ValueError(f"{where}: field grid/gammas is {run.manifest['grid']['gammas']}: a "
-                         "sealed prediction uses the γ=0 arm only (specbench sweep --gammas 0)")
+    grid = run.manifest["grid"]
+    if grid["gammas"] != [0] and not set(grid.get("workloads", [])) <= set(
+            CALIBRATION_WORKLOADS):
+        raise ValueError(f"{where}: field grid/gammas is {grid['gammas']} on workloads "
+                         f"{grid.get('workloads')}: a calibration measures speculation on "
+                         f"{', '.join(CALIBRATION_WORKLOADS)} only (`make book`'s sweep), or "
+                         "the γ=0 arm alone (specbench sweep --gammas 0)")
     return run
+
+
+def _is_make_book(run: Run) -> bool:
+    return run.manifest["grid"]["gammas"] != [0]
 
 
 def _microbench(path: Path | None, root: Path, sku: str) -> Run:
@@ -77,10 +107,115 @@ def _others(root: Path, sku: str):
     return cells[(cells["sku"] != sku) & lends(cells["sku"])]
 
 
+def _session_microbench(path: Path | None, root: Path, calibration: Run,
+                        session: str, sessions: dict[str, str]) -> Run | None:
+    """The microbenchmark named, else the latest of the calibration's SKU on its host session
+    (another host's kernels are not this one's); None where that session has none."""
+    if path is not None:
+        return _microbench(path, root, calibration.sku)
+    found = [r for r in load_runs(root, kind="microbench")
+             if r.sku == calibration.sku and sessions.get(r.run_id) == session]
+    return found[-1] if found else None
+
+
+def _lenders(root: Path, calibration: Run, workloads: list[str]):
+    """Every other host session's cells and batch-1 requests, after refusing workloads this
+    host session already measured with speculation (a prediction made after them would not
+    be sealed; 'repeat', 'open' and 'edit' are the calibration itself, never predicted)."""
+    from specbench.report.analysis import request_predictors, sweep_cells
+    from specbench.report.transfer import lends
+    from specbench.store.hosts import host_sessions
+    calibrating = sorted(set(workloads) & set(CALIBRATION_WORKLOADS))
+    if calibrating:
+        raise ValueError(f"--workloads names {', '.join(calibrating)}: `make book` measured "
+                         "them on this host as the calibration; they are not predicted")
+    every = load_runs(root)
+    sessions = host_sessions(every if calibration.run_id in {r.run_id for r in every}
+                             else [*every, calibration])
+    session = sessions[calibration.run_id]
+    cells = sweep_cells(root, every_session=True)
+    seen = cells[(cells["sku"] == calibration.sku) & (cells["host_session"] == session)
+                 & (cells["gamma"] > 0) & cells["workload"].isin(workloads)]
+    if len(seen):
+        raise ValueError(f"host session {session} already measured {seen['workload'].iloc[0]!r} "
+                         f"with speculation (run {seen['run_id'].iloc[0]}): a prediction made "
+                         "now is not sealed")
+    requests = request_predictors(root, sessions=sessions)
+    lending = cells[(cells["host_session"] != session) & lends(cells["sku"])]
+    requests = requests[(requests["host_session"] != session) & lends(requests["sku"])]
+    return session, sessions, lending, requests
+
+
+def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
+    """Speedups from a `make book` calibration (see the module text)."""
+    from specbench.report.analysis import run_cells
+    from specbench.report.step_cost import step_costs
+    gammas = list(args.gammas or (2, 6))
+    workloads = [w for w in args.workloads.split(",") if w]
+    try:
+        session, sessions, lending, requests = _lenders(root, calibration, workloads)
+        micro = _session_microbench(Path(args.microbench) if args.microbench else None, root,
+                                    calibration, session, sessions)
+        cells = run_cells(calibration)
+        verify = micro.table("verify.csv") if micro is not None else None
+        if step_costs(cells, verify).empty:
+            raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell "
+                             "with speculation to measure this host's step cost from")
+        table = predict_speedups(cells, verify, lending, requests, workloads, gammas,
+                                 list(args.batches), args.prompts)
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if table.empty:
+        parser.exit(2, f"{parser.prog}: error: no other host measured any cell asked for: "
+                       "nothing to lend acceptance from")
+    used = lending[lending["workload"].isin(table["workload"])].drop_duplicates("run_id")
+    manifest = _manifest(calibration, table, gammas, micro, used)
+    manifest["grid"]["prompts"] = args.prompts
+    manifest["host_session"] = session
+    manifest["method"] = (
+        "specbench.report.step_cost: speedup over the paired γ=0 arm = D/(1 + s·c(γ, b)), "
+        "c this host's step cost from its make book 'repeat'/'edit' cells, D and s lent per "
+        "prompt by other host sessions (batch 1; pooled cell counters at batch > 1)")
+    return _seal(root, manifest, table, f"{len(table)} speedups on host session {session} "
+                 f"({table['workload'].nunique()} workloads × γ {gammas} × batches "
+                 f"{sorted(table['batch'].unique().tolist())})")
+
+
+def _manifest(calibration: Run, table, gammas, micro: Run | None, used) -> dict:
+    from specbench.store.runs import code_revision
+    m = calibration.manifest
+    return {
+        "kind": "prediction", "sku": calibration.sku, "code": code_revision(),
+        "model": m["model"], "engine": m["engine"], "hardware": m["hardware"],
+        "dtype": m["dtype"],
+        "grid": {"gammas": gammas, "batches": sorted(table["batch"].unique().tolist()),
+                 "workloads": sorted(table["workload"].unique().tolist())},
+        "calibration": {"sweep": _ref(calibration, "cells.csv"),
+                        "microbench": _ref(micro, "verify.csv") if micro is not None else None},
+        "from_runs": [{"sku": r.sku, "run_id": r.run_id} for r in used.itertuples()],
+    }
+
+
+def _seal(root: Path, manifest: dict, table, what: str) -> int:
+    out = create_run(root, manifest)
+    out.write_table(PREDICTIONS, table)
+    out.finish()
+    print(out.path)
+    print(f"sealed {what}: {PREDICTIONS} sha256 {sha256_file(out.path / PREDICTIONS)}; now "
+          f"measure with `specbench sweep --judged-against {out.path}`")
+    return 0
+
+
 def run(args, parser: argparse.ArgumentParser) -> int:
     root = Path(args.root)
     try:
-        calibration = _calibration(Path(args.calibration))
+        calibration = open_calibration(Path(args.calibration))
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if _is_make_book(calibration):
+        return _run_make_book(args, parser, root, calibration)
+    args.gammas = args.gammas or (2, 4, 6)
+    try:
         micro = _microbench(Path(args.microbench) if args.microbench else None, root,
                             calibration.sku)
         others = _others(root, calibration.sku)
@@ -95,29 +230,12 @@ def run(args, parser: argparse.ArgumentParser) -> int:
     if table.empty:
         parser.exit(2, f"{parser.prog}: error: no other SKU measured any cell of the "
                        "calibration's grid: nothing to predict from")
-    m = calibration.manifest
-    from specbench.store.runs import code_revision
     used = others.drop_duplicates("run_id")
-    manifest = {
-        "kind": "prediction", "sku": calibration.sku, "code": code_revision(),
-        "model": m["model"], "engine": m["engine"], "hardware": m["hardware"],
-        "dtype": m["dtype"],
-        "grid": {"gammas": list(args.gammas), "batches": sorted(table["batch"].unique().tolist()),
-                 "workloads": sorted(table["workload"].unique().tolist())},
-        "calibration": {"sweep": _ref(calibration, "cells.csv"),
-                        "microbench": _ref(micro, "verify.csv")},
-        "from_runs": [{"sku": r.sku, "run_id": r.run_id} for r in used.itertuples()],
-        "method": "specbench.report.sealed: acceptance (D, drafting share) pooled from the "
-                  "other SKUs' counters, h/t_base fitted on them, t_base and d the SKU's own",
-    }
-    out = create_run(root, manifest)
-    out.write_table(PREDICTIONS, table)
-    out.finish()
-    print(out.path)
-    print(f"sealed {len(table)} cells: {PREDICTIONS} sha256 "
-          f"{sha256_file(out.path / PREDICTIONS)}; now measure with "
-          f"`specbench sweep --judged-against {out.path}`")
-    return 0
+    manifest = _manifest(calibration, table, list(args.gammas), micro, used)
+    manifest["method"] = ("specbench.report.sealed: acceptance (D, drafting share) pooled from "
+                          "the other SKUs' counters, h/t_base fitted on them, t_base and d the "
+                          "SKU's own")
+    return _seal(root, manifest, table, f"{len(table)} cells")
 
 
 def _ref(run: Run, table: str) -> dict:

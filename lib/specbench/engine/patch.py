@@ -59,7 +59,7 @@ def source_sha256(function) -> str:
 
 
 def _expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, replace_to,
-                        MAX_NUM_TOKENS=None):  # noqa: N803 - the Triton kernel's parameter name
+                        MAX_NUM_TOKENS=None):  # the Triton kernel's parameter name
     """CPU stand-in for the rejection sampler's ``expand_kernel`` (backport of vLLM PR 55006).
 
     Request ``i``'s value, with ``replace_from`` rewritten to ``replace_to`` at the input's dtype,

@@ -1,8 +1,9 @@
 """The interface the sweep calls on an engine, as one :class:`typing.Protocol`.
 
-Extracted from what :mod:`specbench.measure.sweep` actually uses of :class:`specbench.engine.vllm_engine.Engine`
-(the vLLM adapter); :class:`specbench.engine.transformers_engine.TransformersEngine` implements the same
-contract. An engine is one live model with a fixed speculation length γ; one call of
+Extracted from what :mod:`specbench.measure.sweep` actually uses of
+:class:`specbench.engine.vllm_engine.Engine` (the vLLM adapter);
+:class:`specbench.engine.transformers_engine.TransformersEngine` implements the same contract.
+An engine is one live model with a fixed speculation length γ; one call of
 :meth:`SpecEngine.generate` is one timed measurement with its own counter delta.
 
 The vLLM-only extras (``engine.llm`` for the torch profiler of the host-floor chapter) are not
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from specbench.engine.counters import SpecCounters
+from specbench.theory.counters import SpecCounters
 
 __all__ = ["SpecEngine", "EngineSettingsLike", "MEMBERS", "SWEEP_MEMBERS"]
 

@@ -46,8 +46,8 @@ from pathlib import Path
 
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from specbench.engine.counters import SpecCounters
 from specbench.engine.vllm_engine import CHAT_TEMPLATE, Generation, encode_messages
+from specbench.theory.counters import SpecCounters
 
 __all__ = ["HFEngineSettings", "TransformersEngine", "HFGeneration", "PromptLookupTally",
            "RecordingPromptLookup", "hf_engine_version", "ENGINE_NAME", "SKU_SUFFIX"]

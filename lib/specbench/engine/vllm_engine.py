@@ -17,13 +17,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specbench.engine.counters import SpecCounters, from_prometheus_text
+from specbench.engine.counters import from_prometheus_text
 # The GPU probe and hardware identity live in .hardware (no CUDA initialisation there);
 # re-exported so ``specbench.engine.vllm_engine.on_gpu`` and friends keep working.
-from specbench.engine.hardware import hardware_info, on_gpu, sku_id  # noqa: F401
+from specbench.engine.hardware import hardware_info, on_gpu, sku_id
+from specbench.theory.counters import SpecCounters
 
 __all__ = ["DTYPES", "EngineSettings", "Engine", "Generation", "hardware_info", "engine_version",
-           "on_gpu", "sku_id", "SPECULATIVE_METHODS"]
+           "on_gpu", "sku_id", "SPECULATIVE_METHODS", "speculative_config_has"]
 
 DTYPES = ("bfloat16", "float16", "float32")
 
@@ -57,6 +58,9 @@ class EngineSettings:
     engine_patch: str | None = None
     # GPU: the share of its memory this engine may take (None: vLLM's default, for one engine).
     gpu_memory_utilization: float | None = None
+    # vLLM's dynamic speculation: ((first batch, last batch, γ), ...), γ at most ``gamma``
+    # (SpeculativeConfig.num_speculative_tokens_per_batch_size); None: γ at every batch size.
+    batch_schedule: tuple[tuple[int, int, int], ...] | None = None
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -106,6 +110,9 @@ class EngineSettings:
                 "method": self.speculative_method, "num_speculative_tokens": self.gamma,
                 "prompt_lookup_min": self.prompt_lookup_min,
                 "prompt_lookup_max": self.prompt_lookup_max}
+            if self.batch_schedule:
+                kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"] = [
+                    list(entry) for entry in self.batch_schedule]
         return kwargs
 
     def manifest_fields(self) -> dict:
@@ -120,6 +127,14 @@ class EngineSettings:
 
 
 SPECULATIVE_METHODS = ("ngram", "ngram_gpu")
+
+
+def speculative_config_has(field: str) -> bool:
+    """Whether the installed vLLM's ``SpeculativeConfig`` has ``field`` (read from the installed
+    code, not assumed from a version number)."""
+    import dataclasses
+    from vllm.config import SpeculativeConfig
+    return field in {f.name for f in dataclasses.fields(SpeculativeConfig)}
 
 
 def _own_metrics():
@@ -169,7 +184,7 @@ class Generation:
     def pot_s(self) -> list[float]:
         """Per-output-token decode latency of each request, prefill excluded."""
         return [d / (n - 1) if n > 1 else float("nan")
-                for d, n in zip(self.decode_s, self.output_tokens)]
+                for d, n in zip(self.decode_s, self.output_tokens, strict=True)]
 
 
 def engine_version() -> dict:
@@ -221,7 +236,7 @@ class Engine:
         if llm is not None:
             try:
                 llm.llm_engine.engine_core.shutdown()
-            except Exception:  # noqa: BLE001 - best effort; the process may already be gone
+            except Exception:  # best effort; the process may already be gone
                 pass
             del llm
             import gc
@@ -265,7 +280,7 @@ class Engine:
         samplings = sampling if isinstance(sampling, list) else [sampling or {}] * n
         lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * n
         params = [SamplingParams(**{"temperature": 0.0, **s}, max_tokens=m, ignore_eos=True)
-                  for s, m in zip(samplings, lengths)]
+                  for s, m in zip(samplings, lengths, strict=True)]
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         before, steps_before = self._read() if read_counters else (None, None)
         start = time.perf_counter()
@@ -294,7 +309,7 @@ class Engine:
         from vllm.sampling_params import RequestOutputKind
         engine = self.llm.llm_engine
         ids = []
-        for prompt, p in zip(inputs, params):
+        for prompt, p in zip(inputs, params, strict=True):
             p.output_kind = RequestOutputKind.CUMULATIVE
             self._requests += 1
             ids.append(f"specbench-{self._requests}")

@@ -3,13 +3,13 @@
 The measurement and the public API; the parts live in their own modules and are re-exported
 here, so ``specbench.measure.hostfloor.<name>`` keeps working:
 
-* :mod:`specbench.measure.decompose` — differencing of a 1-token and an N-token profile
+* :mod:`specbench.derive.decompose` — differencing of a 1-token and an N-token profile
   (:class:`StepProfile`, :func:`difference`, :func:`decompose`);
 * :mod:`specbench.measure.profiler` — **CPU**: vLLM's own torch profiler in the engine-core worker;
   "compute" is the self time of the operators in :data:`COMPUTE_FAMILIES`;
 * :mod:`specbench.measure.nsys` — **GPU**: the paper's method; each profile is one child process
-  (``python -m specbench.measure.hostfloor --child``) under ``nsys profile``, "compute" is its summed
-  GPU kernel time, the wall is the child's clock around the timed call.
+  (``python -m specbench.measure.hostfloor --child``) under ``nsys profile``, "compute" is its
+  summed GPU kernel time, the wall is the child's clock around the timed call.
 """
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from specbench.measure.decompose import HOST_FAMILY, OUTSIDE_OPERATORS, StepProfile, decompose, difference
-from specbench.measure.nsys import (NSYS_ENV, NsysFormatError, nsys_available, nsys_command, nsys_stats_command,
-                   read_kernel_sqlite, read_kernel_summary_csv, run_nsys)
-from specbench.measure.profiler import COMPUTE_FAMILIES, classify, profile_cpu_decode, read_trace, self_times
+from specbench.derive.decompose import (HOST_FAMILY, OUTSIDE_OPERATORS, StepProfile, decompose,
+                                        difference)
+from specbench.measure.nsys import (NSYS_ENV, NsysFormatError, nsys_available, nsys_command,
+                                    nsys_stats_command, read_kernel_sqlite,
+                                    read_kernel_summary_csv, run_nsys)
+from specbench.measure.profiler import (COMPUTE_FAMILIES, classify, profile_cpu_decode,
+                                        read_trace, self_times)
 
 __all__ = ["COMPUTE_FAMILIES", "classify", "StepProfile", "difference", "decompose",
            "profile_cpu_decode", "profile_gpu_decode", "nsys_available", "nsys_command",
@@ -130,7 +133,7 @@ def _cpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: P
     """(rep, tokens, profile, unprofiled wall ms, foreign cores) from one warm CPU engine."""
     from specbench.measure.workloads import builtin as workloads
     from specbench.engine.vllm_engine import Engine, EngineSettings
-    from specbench.store.load import ForeignCpu
+    from specbench.measure.load import ForeignCpu
 
     settings = EngineSettings(model=path, gamma=0, load_format=load_format,
                               profiler_dir=str(traces))
@@ -168,8 +171,8 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     from tqdm import tqdm
 
     from specbench.engine.assets import cache_dir, embedded_model_dir
-    from specbench.store.contract import contract, model_shape
-    from specbench.engine.hardware import on_gpu
+    from specbench.engine.hardware import model_shape, on_gpu
+    from specbench.measure.contract import contract
     from specbench.store.runs import DEFAULT_ROOT, create_run
 
     if tokens < 2 or reps < 1:
@@ -221,7 +224,8 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
 
 
 def main(argv=None) -> int:
-    """``python -m specbench.measure.hostfloor --child ...``: the profiled child (see ``--help``)."""
+    """``python -m specbench.measure.hostfloor --child ...``: the profiled child (see
+    ``--help``)."""
     return child_main(argv)
 
 

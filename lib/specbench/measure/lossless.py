@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specbench.engine.hardware import resolve_dtype
+
 __all__ = ["LEVEL", "tv_statistic", "permutation_test", "LosslessConfig", "run_lossless"]
 
 LEVEL = 0.01
@@ -64,7 +66,7 @@ def permutation_test(a, b, length: int, permutations: int = PERMUTATIONS,
 @dataclass
 class LosslessConfig:
     model: str | None = None
-    dtype: str = "bfloat16"
+    dtype: str | None = None   # None: this machine's fast dtype (hardware.resolve_dtype)
     gamma: int = 4
     workload: str = "repeat"
     temperatures: tuple[float, ...] = (0.0, 0.5, 1.0)
@@ -72,6 +74,9 @@ class LosslessConfig:
     tokens: int = 24            # compared positions (and new tokens per sample)
     root: str | None = None
     engine_patch: str | None = None   # specbench.engine.patch, both arms (None: as released)
+
+    def __post_init__(self):
+        self.dtype = resolve_dtype(self.dtype)
 
     def validate(self) -> None:
         if self.gamma < 1:
@@ -104,7 +109,7 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
     from tqdm import tqdm
 
     from specbench.measure.workloads import builtin as workloads
-    from specbench.store.contract import contract
+    from specbench.measure.contract import contract
     from specbench.engine.vllm_engine import Engine, EngineSettings
     from specbench.store.runs import DEFAULT_ROOT, create_run
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from specbench.engine.hardware import resolve_dtype
 from specbench.theory.roofline import ModelShape
 
 __all__ = ["layer_shapes", "time_kernels", "verify_delta_ms", "MicrobenchConfig",
@@ -90,7 +91,9 @@ def time_kernels(shape: ModelShape, rows: list[int], context: int, dtype: str = 
             layer = _linear(in_f, out_f, torch_dtype)
             for r in rows:
                 x = torch.randn(r, in_f, dtype=torch_dtype)
-                ms = _median_ms(lambda: layer.cpu_linear(x, layer.weight, None), repeats)
+                # Bound now: `del layer` below unbinds the loop's name.
+                ms = _median_ms(lambda layer=layer, x=x: layer.cpu_linear(x, layer.weight, None),
+                                repeats)
                 out.append({"op": op, "rows": r, "ms": ms, "in": in_f, "out": out_f})
                 if progress is not None:
                     progress.update()
@@ -107,7 +110,7 @@ def time_kernels(shape: ModelShape, rows: list[int], context: int, dtype: str = 
 
         for r in attention_rows or rows:
             q = torch.randn(shape.kv_heads, group * r, shape.head_dim, dtype=torch_dtype)
-            ms = _median_ms(lambda: attend(q), repeats)
+            ms = _median_ms(lambda q=q: attend(q), repeats)
             out.append({"op": "attention", "rows": r, "ms": ms, "in": context, "out": 0})
             if progress is not None:
                 progress.update()
@@ -139,12 +142,15 @@ def verify_delta_ms(kernels: pd.DataFrame, layers: int, batches, gammas) -> pd.D
 @dataclass
 class MicrobenchConfig:
     model: str | None = None
-    dtype: str = "bfloat16"
+    dtype: str | None = None   # None: this machine's fast dtype (hardware.resolve_dtype)
     batches: tuple[int, ...] = (1, 4)
     gammas: tuple[int, ...] = (0, 2, 4, 6)
     context: int = 900          # prompt tokens + half the output, as in the sweeps
     repeats: int = 30
     root: str | None = None
+
+    def __post_init__(self):
+        self.dtype = resolve_dtype(self.dtype)
 
     def validate(self) -> None:
         if self.dtype not in ("bfloat16", "float32", "float16"):
@@ -161,7 +167,7 @@ def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
     """Measure the kernels into a run of kind 'microbench' (the engine's threads and cores)."""
     from tqdm import tqdm
 
-    from specbench.store.contract import contract
+    from specbench.measure.contract import contract
     from specbench.store.runs import DEFAULT_ROOT, create_run
     import torch
 
@@ -196,11 +202,3 @@ def run_microbench(cfg: MicrobenchConfig, progress: bool = True):
                                                   cfg.gammas))
     run.finish()
     return run
-
-
-def latest_verify(root) -> dict[str, pd.DataFrame]:
-    """Per SKU, the verify-step table (batch, γ, delta_ms, …) of its latest microbenchmark run:
-    the one place the model's d is read from the store."""
-    from specbench.store.runs import load_runs
-    return {run.sku: run.table("verify.csv").assign(run_id=run.run_id)
-            for run in load_runs(root, kind="microbench")}

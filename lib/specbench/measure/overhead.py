@@ -4,7 +4,8 @@ One engine (γ=4, 'repeat', batch 1) runs the same call in alternating pairs, on
 spec-decode counters read immediately before and after it (as the sweep does) and once
 without, in ABBA order so drift cancels. The result is a ratio of medians from one run, never
 a timed unit test: ``overhead_pct = 100·(median with reads / median without − 1)``, on the
-whole wall-clock of the call including the reads. The target is ≤ 1 %.
+whole wall-clock of the call including the reads
+(:func:`specbench.derive.overhead.overhead_summary`). The target is ≤ 1 %.
 """
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ import time
 import pandas as pd
 from tqdm import tqdm
 
-from specbench.measure.workloads import builtin as workloads
-from specbench.store.contract import contract
 from specbench.engine.vllm_engine import Engine, EngineSettings
-from specbench.store.load import ForeignCpu
+from specbench.measure.contract import contract
+from specbench.measure.load import ForeignCpu
+from specbench.measure.workloads import builtin as workloads
 from specbench.store.runs import Run, create_run
 
-__all__ = ["run_overhead", "overhead_summary"]
+__all__ = ["run_overhead"]
 
 
 def run_overhead(model: str | None = None, pairs: int = 8, gamma: int = 4,
@@ -58,11 +59,3 @@ def run_overhead(model: str | None = None, pairs: int = 8, gamma: int = 4,
                         counter_read_ms=read_cost_ms)
     run.finish()
     return run
-
-
-def overhead_summary(table: pd.DataFrame) -> dict:
-    """Medians with and without the reads, and the overhead in percent."""
-    med = table.groupby("read_counters")[["wall_s", "pot_ms"]].median()
-    return {"wall_with_s": med.loc[True, "wall_s"], "wall_without_s": med.loc[False, "wall_s"],
-            "overhead_pct": 100 * (med.loc[True, "wall_s"] / med.loc[False, "wall_s"] - 1),
-            "pot_overhead_pct": 100 * (med.loc[True, "pot_ms"] / med.loc[False, "pot_ms"] - 1)}

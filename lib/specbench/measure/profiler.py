@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specbench.measure.decompose import HOST_FAMILY, StepProfile
+from specbench.derive.decompose import HOST_FAMILY, StepProfile
 
 __all__ = ["COMPUTE_FAMILIES", "classify", "self_times", "read_trace", "profile_cpu_decode"]
 
@@ -28,7 +28,8 @@ COMPUTE_FAMILIES: dict[str, str] = {
     "sampling": r"argmax|topk|top_k|sort|softmax|sample|multinomial|logits",
     "elementwise": r"aten::(add|mul|sub|div|rsqrt|pow|exp|neg|mean|sum|max|min|where|clamp)_?$",
 }
-_COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in COMPUTE_FAMILIES.items()]
+_COMPILED = [(name, re.compile(pattern, re.IGNORECASE))
+             for name, pattern in COMPUTE_FAMILIES.items()]
 
 
 def classify(op_name: str) -> str:

@@ -4,11 +4,11 @@ vLLM fixes γ per instance, so each γ has its own engine. By default (a shared 
 of every γ and one γ=0 engine stay alive together, and each (workload, batch, temperature) is a
 unit of work: warmup calls, then timed repetitions whose calls go round the arms (base, γ=2,
 γ=4, γ=6) in balanced orders (:func:`balanced_orders`). Otherwise one γ runs at a time beside
-its own paired γ=0 calls. Each call records its decode window (prefill excluded), TTFT, output tokens
-and the spec-decode counter delta read around that very call. Each finished unit is written at
-once as a part of the run, so a killed sweep resumes from its last completed unit; an arm whose
+its own paired γ=0 calls. Each call records its decode window (prefill excluded), TTFT, output
+tokens and the spec-decode counter delta read around that very call. Each finished unit is written
+at once as a part of the run, so a killed sweep resumes from its last completed unit; an arm whose
 engine fails is recorded as failed and the sweep goes on. When every unit is done the run's
-tables are derived from the parts (one row per cell, :mod:`specbench.measure.sweep_tables`) and
+tables are derived from the parts (one row per cell, :mod:`specbench.derive.sweep_tables`) and
 the run is closed.
 """
 from __future__ import annotations
@@ -23,15 +23,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
+from specbench.derive.sweep_tables import UNSTABLE_SPREAD_PCT, tables
+from specbench.engine.hardware import roofline_sku
 from specbench.engine.vllm_engine import Engine, EngineSettings
+from specbench.measure.contract import contract
+from specbench.measure.load import ForeignCpu
 from specbench.measure.sweep_config import (DEFAULT_REPS, DEFAULT_WARMUP, ENGINES,  # noqa: F401
                                             SweepConfig, cell_key)
-from specbench.measure.sweep_tables import UNSTABLE_SPREAD_PCT, tables
 from specbench.measure.workloads import builtin as workloads
 from specbench.measure.window import decode_window
 from specbench.store import faults
-from specbench.store.contract import contract
-from specbench.store.load import NOISY_HOST_CV_PCT, ForeignCpu, repetition_cv_pct
 from specbench.store.runs import Run, create_run, open_run
 
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "balanced_orders",
@@ -255,7 +257,7 @@ def _run_unit(arms: list[tuple[str, int, Engine]], workload: str, batch: int, cf
             "failed": failed,
             "requests": [{"id": r.id, "prompt_tokens": len(p),
                           "max_tokens": r.max_tokens or cfg.max_tokens}
-                         for r, p in zip(requests, prompts)]}
+                         for r, p in zip(requests, prompts, strict=True)]}
 
 
 def _run_cell(engine: Engine, workload: str, batch: int, cfg: SweepConfig, progress=None,
@@ -331,7 +333,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
         if cfg.paired and any(g > 0 for g, *_ in todo):
             try:
                 base = make_engine(cfg, model, 0)
-            except Exception as exc:  # noqa: BLE001 - no cell can run: each records why
+            except Exception as exc:  # no cell can run: each records why
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
                 for g, w, b, t in todo:
@@ -342,7 +344,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
                 engine = make_engine(cfg, model, gamma)
-            except Exception as exc:  # noqa: BLE001 - recorded, and the sweep goes on
+            except Exception as exc:  # recorded, and the sweep goes on
                 if interrupts.seen:  # the engine died of the user's Ctrl-C: not a failed cell
                     raise KeyboardInterrupt from exc
                 for w, b, t in cells:
@@ -355,7 +357,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
                     try:
                         record = _run_cell(engine, w, b, cfg, bar,
                                            base if gamma > 0 else None, t)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:  # recorded as the cell's failure
                         if interrupts.seen:
                             raise KeyboardInterrupt from exc
                         record = _failure(gamma, w, b, exc, t)
@@ -384,7 +386,7 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
         for gamma in (0, *todo[0][0]):
             try:
                 engines[gamma] = make_engine(cfg, model, gamma)
-            except Exception as exc:  # noqa: BLE001 - recorded in every unit
+            except Exception as exc:  # recorded in every unit
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
                 start_failed[str(gamma)] = _error(exc)
@@ -400,7 +402,7 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
                 arms = [("base", 0, engines[0])] + [("spec", g, engines[g]) for g in alive]
                 try:
                     record = _run_unit(arms, w, b, cfg, bar, t, interrupts, balanced=True)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # recorded as the cell's failure
                     if interrupts.seen:
                         raise KeyboardInterrupt from exc
                     record = {"status": "failed", **_error(exc),
@@ -457,7 +459,18 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
                       "machines give 1–4 %): this host was noisy. The run is kept and labelled "
                       "so (manifest 'load', the accuracy chapter); measure again on a quiet "
                       "machine before drawing conclusions from its timings", stacklevel=2)
+    run.update_manifest(roofline_sku_at_end=_host_speed_now(run.manifest))
     if close:
         run.finish()
+
+
+def _host_speed_now(manifest: dict) -> dict | None:
+    """The host-speed probe again at the run's end (CPU only, and only where the start probed:
+    a GPU's ceilings are its datasheet's), so a host that slowed down during the run shows it
+    beside the start's."""
+    hardware, probed = manifest["hardware"], manifest.get("roofline_sku") or {}
+    if hardware.get("gpus") or "bandwidth" not in probed:
+        return None
+    return roofline_sku(hardware, hardware.get("threads"), manifest["dtype"])
 
 

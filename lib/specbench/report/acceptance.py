@@ -11,7 +11,9 @@ import pandas as pd
 
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 
-__all__ = ["BANDS", "MIN_DRAFTING_SHARE", "display_workload", "category_table", "band_table", "lossless_table", "engine_fails_lossless", "speedup_curves", "primary_sku", "spec_bench_reference_table", "temperature_table"]
+__all__ = ["BANDS", "MIN_DRAFTING_SHARE", "display_workload", "category_table", "band_table",
+           "lossless_table", "engine_fails_lossless", "speedup_curves", "primary_sku",
+           "spec_bench_reference_table", "temperature_table"]
 
 BANDS = ((0.1, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.9))
 #: A cell says something about verification cost only when most of its steps draft.
@@ -110,7 +112,10 @@ def patched_passes_lossless(root=DEFAULT_ROOT) -> bool | None:
     return not bool(patched["rejects_lossless"].astype(bool).any())
 
 
-def speedup_curves(gammas, alphas=np.linspace(0, 1, 41)) -> pd.DataFrame:
+_CURVE_ALPHAS = np.linspace(0, 1, 41)
+
+
+def speedup_curves(gammas, alphas=_CURVE_ALPHAS) -> pd.DataFrame:
     """Eq. 1's speedup αγ+1 (d = 0, every step drafting) per γ, for the figure's curves."""
     return pd.DataFrame([{"gamma": g, "alpha": a, "speedup": a * g + 1}
                          for g in gammas for a in alphas])

@@ -11,7 +11,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from specbench.store.load import NOISY_HOST_CV_PCT, repetition_cv_pct
+from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
+from specbench.derive.sweep_tables import decode_steps
+from specbench.store.cache import memoised
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory.roofline import (
     roofline_status,
@@ -20,25 +22,44 @@ from specbench.theory.roofline import (
     verify_overhead,
 )
 
-__all__ = ["sweep_cells", "request_predictors", "accuracy_table", "headline", "manifest_table",
-           "roofline_of"]
+__all__ = ["sweep_cells", "run_cells", "request_predictors", "accuracy_table", "headline",
+           "manifest_table", "roofline_of"]
 
 
 def _sku_label(run: Run) -> str:
-    """A short display name: GPU, or CPU generation + threads + dtype. Runs recorded before
-    the CPU family was stored say so, since one marketing name covers several generations."""
+    """A short display name a reader can parse: GPU, or CPU generation · dtype · threads
+    ("Zen 4 · bf16 · 1 thread"), then the engine where it is not vLLM."""
     hw = run.manifest["hardware"]
+    dtype = _SHORT_DTYPE.get(run.manifest.get("dtype", ""), run.manifest.get("dtype", ""))
     if hw.get("gpus"):
-        label = hw["gpus"][0]["name"].replace("NVIDIA ", "")
+        parts = [hw["gpus"][0]["name"].replace("NVIDIA ", ""), dtype]
     else:
-        family = hw.get("cpu_family")
-        generation = (_amd_generation(family, hw.get("cpu_model_number"))
-                      if family is not None else "earlier machine")
-        label = f"CPU {generation} {hw.get('threads', '?')}t {run.manifest.get('dtype', '')}"
+        threads = hw.get("threads", "?")
+        parts = [_cpu_generation(hw), dtype, f"{threads} thread{'' if threads == 1 else 's'}"]
+        if hw.get("cpu_family") is None:
+            parts.append(_UNRECORDED_HOST)
     if run.manifest.get("engine", {}).get("name") == "transformers":
-        label += " transformers"   # a SKU is hardware × engine
+        parts.append("transformers")   # a SKU is hardware × engine
+    label = " · ".join(p for p in parts if p)
     # A SKU without a roofline says so wherever it appears (its roofline d(γ) is empty).
     return label + (" (no roofline)" if roofline_of(run).startswith("no roofline") else "")
+
+
+_SHORT_DTYPE = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+
+# The first runs predate the manifest's CPU family field. What they did record places them on
+# a Zen 4: a one-thread bfloat16 GEMM ceiling of 208 GFLOP/s and 26 GB/s of copy bandwidth (the
+# recorded Zen 4's: 210 and 28; the Zen 5's: 463 and 42), native bfloat16, and the guest
+# kernel build of the Zen 4 runs. They stay a SKU of their own, labelled as the first such host.
+_UNRECORDED_GENERATION = "Zen 4"
+_UNRECORDED_HOST = "first host"
+
+
+def _cpu_generation(hw: dict) -> str:
+    family = hw.get("cpu_family")
+    if family is None:
+        return _UNRECORDED_GENERATION
+    return _amd_generation(family, hw.get("cpu_model_number"))
 
 
 # AMD family 25 (19h) covers Zen 3 and Zen 4; the model number tells them apart (Zen 4: Genoa
@@ -91,7 +112,8 @@ def _verify_overheads(cells: pd.DataFrame, run: Run) -> pd.Series:
         return pd.Series(np.nan, index=cells.index)
     context = int(cells["prompt_tokens"].mean() + run.manifest["grid"]["max_tokens"] / 2)
     return pd.Series([verify_overhead(shape, sku, int(g), int(b), context)
-                      for g, b in zip(cells["gamma"], cells["batch"])], index=cells.index)
+                      for g, b in zip(cells["gamma"], cells["batch"], strict=True)],
+                     index=cells.index)
 
 
 def _normalise(cells: pd.DataFrame, run: Run) -> pd.DataFrame:
@@ -121,9 +143,15 @@ def _t_base(cells: pd.DataFrame) -> pd.Series:
                                       pd.Series(unpaired, index=cells.index))
 
 
-def _latest_cells(runs: list[Run]) -> pd.DataFrame:
-    """Per SKU, the latest cell of each (workload, γ, batch, temperature) across its runs, so
-    a Spec-Bench run does not hide the 'repeat'/'open' cells of an earlier one."""
+def _latest_cells(runs: list[Run], sessions: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per SKU and host session, the latest cell of each (workload, γ, batch, temperature)
+    across its runs, so a Spec-Bench run does not hide the 'repeat'/'open' cells of an earlier
+    one — and never across hosts: two hosts of one CPU kind measured a γ=0 step twofold apart,
+    so a cell keeps the t_base, d and step cost of the host that measured it. ``sessions``
+    (run id → host session, :func:`specbench.store.hosts.host_sessions`) defaults to the
+    sessions of ``runs`` alone."""
+    from specbench.store.hosts import host_sessions
+    sessions = host_sessions(runs) if sessions is None else sessions
     frames = []
     for run in runs:  # oldest first
         cells = run.table("cells.csv")
@@ -138,6 +166,8 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
         cells.insert(1, "sku", run.sku)
         cells.insert(2, "sku_label", _sku_label(run))
         cells.insert(3, "model", run.manifest["model"]["name"])
+        cells.insert(4, "host_session", sessions[run.run_id])
+        cells["dtype"] = run.manifest.get("dtype")
         # The grid that measured the cell: which SKUs `make book`'s quick sweep alone measured
         # (specbench.report.evaluation.quick_sweep_skus).
         grid = run.manifest.get("grid", {})
@@ -162,12 +192,12 @@ def _latest_cells(runs: list[Run]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     every = pd.concat(frames, ignore_index=True)
-    key = ["sku", "workload", "gamma", "batch", "temperature"]
+    key = ["sku", "host_session", "workload", "gamma", "batch", "temperature"]
     return every.drop_duplicates(key, keep="last").reset_index(drop=True)
 
 
 def _host_cv_pct(run: Run) -> float:
-    """How noisy the run's host was (specbench.store.load.repetition_cv_pct): as the sweep
+    """How noisy the run's host was (specbench.derive.noise.repetition_cv_pct): as the sweep
     recorded it in its manifest, else (runs before it did) from the run's own tables; NaN for
     a run holding cells.csv alone, as some fixtures do."""
     recorded = run.manifest.get("load", {}).get("repetition_cv_pct")
@@ -177,29 +207,36 @@ def _host_cv_pct(run: Run) -> float:
     return repetition_cv_pct(run.table(timed)) if timed else np.nan
 
 
-def _micro_d(cells: pd.DataFrame, root) -> pd.Series:
-    """d from the latest microbenchmark run of each SKU: extra kernel time over t_base (the
-    run's id goes into ``cells['d_micro_run']``, so the pages that use d can list it)."""
-    from specbench.measure.microbench import latest_verify
+def _micro_d(cells: pd.DataFrame, runs: list[Run], sessions: dict[str, str]) -> pd.Series:
+    """d from the latest microbenchmark run of each SKU on each host session: extra kernel
+    time over t_base (the run's id goes into ``cells['d_micro_run']``, so the pages that use d
+    can list it). A host session without one gets none: another host's kernels are not its
+    own (the roofline's d stands in; ``d_source`` says so)."""
     out = pd.Series(np.nan, index=cells.index)
     cells["d_micro_run"] = None
-    for sku, verify in latest_verify(root).items():
-        cells.loc[cells["sku"] == sku, "d_micro_run"] = verify["run_id"].iloc[0]
+    latest = {(run.sku, sessions[run.run_id]): run for run in runs}   # oldest first
+    for (sku, session), run in latest.items():
+        verify = run.table("verify.csv")
+        mine = (cells["sku"] == sku) & (cells["host_session"] == session)
+        cells.loc[mine, "d_micro_run"] = run.run_id
         delta = verify.set_index(["batch", "gamma"])["delta_ms"]
-        mine = cells["sku"] == sku
         out[mine] = [delta.get((b, g), np.nan) / t for b, g, t in
                      zip(cells.loc[mine, "batch"], cells.loc[mine, "gamma"],
-                         cells.loc[mine, "t_base_ms"])]
+                         cells.loc[mine, "t_base_ms"], strict=True)]
     return out
 
 
-def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+@memoised
+def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None,
+                       sessions: dict[str, str] | None = None) -> pd.DataFrame:
     """Per request of the batch-1 paired cells: its paired base, divisor and drafting share,
-    from the run whose cell :func:`sweep_cells` keeps."""
-    from specbench.measure.sweep_tables import decode_steps
+    from the run whose cell :func:`sweep_cells` keeps (every run's without ``cells``), with
+    the run, its host session, its dtype and the call's position in the run."""
+    from specbench.store.hosts import host_sessions
     rows = []
     keep = None if cells is None else set(zip(cells["run_id"], cells["workload"],
-                                              cells["gamma"], cells["batch"]))
+                                              cells["gamma"], cells["batch"], strict=True))
+    sessions = host_sessions(load_runs(root)) if sessions is None else sessions
     for run in load_runs(root, kind="sweep"):
         if not (run.path / "requests.csv").exists():
             continue
@@ -214,7 +251,9 @@ def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> 
             steps, _ = decode_steps(q["output_tokens"] - 1, int(q["drafts"]),
                                     int(q["accepted_tokens"]), int(q["gamma"]),
                                     q.get("engine_steps"))
-            rows.append({"sku": run.sku, "workload": q["workload"], "gamma": q["gamma"],
+            rows.append({"sku": run.sku, "host_session": sessions.get(run.run_id),
+                         "run_id": run.run_id, "dtype": run.manifest.get("dtype"),
+                         "call": q["call"], "workload": q["workload"], "gamma": q["gamma"],
                          "batch": 1, "temperature": q["temperature"], "request": q["request"],
                          "base_ms": base_ms.get((q["workload"], q["gamma"], q["temperature"],
                                                  q["request"]), np.nan),
@@ -223,25 +262,52 @@ def request_predictors(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> 
     return pd.DataFrame(rows)
 
 
-def sweep_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
-    """One table of predictions: per SKU, the latest cell of each (workload, γ, batch,
-    temperature) across that SKU's sweep runs, with run, SKU and model columns, the measured
-    ``pot_ms`` and the headline model's ``model_pot_ms`` with its rivals and ablations
-    (:mod:`specbench.theory.predict`). One cell per key and SKU: the cross-fitted h and the
-    per-request predictions key on it."""
+@memoised
+def sweep_cells(root=DEFAULT_ROOT, every_session: bool = False) -> pd.DataFrame:
+    """One table of predictions: per SKU and host session, the latest cell of each (workload,
+    γ, batch, temperature) across that session's sweep runs, with run, SKU, host session and
+    model columns, the measured ``pot_ms`` and the headline model's ``model_pot_ms`` with its
+    rivals and ablations (:mod:`specbench.theory.predict`). Each cell is predicted from its own
+    host session's t_base, d and host term. The book groups by SKU: unless ``every_session``,
+    a key measured on several host sessions of one SKU keeps the latest session's cell (after
+    the prediction, so nothing of the older host's calibration reaches the newer host's
+    cells)."""
+    from specbench.store.hosts import host_sessions
     from specbench.theory.predict import add_predictions
-    cells = _latest_cells(load_runs(root, kind="sweep"))
+    every = load_runs(root)
+    sessions = host_sessions(every)
+    cells = _latest_cells([r for r in every if r.manifest["kind"] == "sweep"], sessions)
     if cells.empty:
         raise FileNotFoundError(f"no complete sweep run under {root}/ — run `specbench sweep`")
+    cells = _with_divisor(cells)
+    if "overlap_removed" not in cells:
+        cells["overlap_removed"] = np.nan
+    cells["overlap_removed"] = cells["overlap_removed"].where(cells["batch"] > 1, True)
+    micro = [r for r in every if r.manifest["kind"] == "microbench"]
+    cells["d_micro"] = _micro_d(cells, micro, sessions)
+    cells = _paper_columns(add_predictions(
+        cells, request_predictors.__wrapped__(root, cells, sessions)))
+    if every_session:
+        return cells
+    key = ["sku", "workload", "gamma", "batch", "temperature"]
+    return cells.drop_duplicates(key, keep="last").reset_index(drop=True)
+
+
+def _with_divisor(cells: pd.DataFrame) -> pd.DataFrame:
+    """Tokens per decode step from the counters, the model's D."""
     cells["divisor_counters"] = cells["emitted_per_step"]
     if "window_divisor" in cells:
         # Batch N with decode windows: tokens per step over the same steps the latency covers.
         cells["divisor_counters"] = cells["window_divisor"].fillna(cells["divisor_counters"])
-    if "overlap_removed" not in cells:
-        cells["overlap_removed"] = np.nan
-    cells["overlap_removed"] = cells["overlap_removed"].where(cells["batch"] > 1, True)
-    cells["d_micro"] = _micro_d(cells, root)
-    return _paper_columns(add_predictions(cells, request_predictors(root, cells)))
+    return cells
+
+
+def run_cells(run: Run) -> pd.DataFrame:
+    """One sweep run's own successful cells, in :func:`sweep_cells`'s columns up to the
+    predictions (paired t_base, counter divisor, drafting share): a calibration, or the cells
+    a sealed prediction is judged on — read from that run alone, so no other run moves them."""
+    cells = _latest_cells([run])
+    return _with_divisor(cells) if len(cells) else cells
 
 
 def _paper_columns(cells: pd.DataFrame) -> pd.DataFrame:

@@ -21,8 +21,8 @@ from specbench.report.curves import eq1_curves, shortfall_split
 from specbench.report.tables import SCROLL_HINT
 from specbench.theory import model
 
-__all__ = ["use_offline_renderer", "fig1_headline", "fig1_speedup", "fig2_latency", "fig3_shortfall",
-           "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
+__all__ = ["use_offline_renderer", "fig1_headline", "fig1_speedup", "fig2_latency",
+           "fig3_shortfall", "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
            "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even",
            "fig_serving_percentiles", "fig_serving_goodput", "fig_serving_speedup"]
 
@@ -113,7 +113,8 @@ def fig1_speedup(cells: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("alpha", title="counter α", format=".2f")])
     return alt.layer(ideal, one, points, data=data).properties(width=WIDTH, height=220).facet(
         column=alt.Column("batch:N", title="batch")).properties(
-        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(orient="right", labelLimit=0)
+        title="Speedup tracks acceptance, not γ (dashed: γ+1)").configure_legend(
+        orient="right", labelLimit=0)
 
 
 def fig2_latency(cells: pd.DataFrame) -> alt.FacetChart:
@@ -152,7 +153,8 @@ def fig3_shortfall(cells: pd.DataFrame, workload: str = "repeat") -> alt.Chart:
         tooltip=["sku_label", "batch", "gamma", "part", alt.Tooltip("value", format=".3f")])
     return bars.properties(width=150, height=220).facet(
         column=alt.Column("batch:N", title="batch"), row=alt.Row("sku_label:N", title=None)
-    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(orient="right", labelLimit=0)
+    ).properties(title=f"'{workload}': where the ideal αγ+1 goes").configure_legend(
+        orient="right", labelLimit=0)
 
 
 def fig4_host_floor(steps: pd.DataFrame) -> alt.Chart:
@@ -201,12 +203,16 @@ def fig6_parity(cells: pd.DataFrame) -> alt.Chart:
         y=alt.Y("pred_eq1_ms:Q", title="eq. 1 prediction (ms)", scale=scale),
         color=alt.Color("workload:N", scale=WORKLOAD_COLORS), shape=_shape(c),
         tooltip=["workload", "sku_label", "batch", "gamma", alt.Tooltip("pot_ms", format=".2f"),
-                 alt.Tooltip("pred_eq1_ms", format=".2f"), alt.Tooltip("err_eq1_pct", format="+.1f")])
+                 alt.Tooltip("pred_eq1_ms", format=".2f"),
+                 alt.Tooltip("err_eq1_pct", format="+.1f")])
     return (diag + pts).properties(width=320, height=320,
                                    title="Model versus measurement, every speculative cell")
 
 
-def fig_economics(alphas=np.linspace(0, 0.99, 100), k: int = 4, c: float = 0.05,
+_ECONOMICS_ALPHAS = np.linspace(0, 0.99, 100)
+
+
+def fig_economics(alphas=_ECONOMICS_ALPHAS, k: int = 4, c: float = 0.05,
                   vs=(0.0, 0.1, 0.25, 0.5)) -> alt.Chart:
     """Net speedup versus per-position α for several verification overheads v."""
     from specbench.theory.economics import net_speedup
@@ -220,7 +226,10 @@ def fig_economics(alphas=np.linspace(0, 0.99, 100), k: int = 4, c: float = 0.05,
                                    title="Break-even moves right as verification costs more")
 
 
-def fig_model_limits(d: float = 0.02, gammas=(2, 4, 6), alphas=np.linspace(0, 1, 51)) -> alt.Chart:
+_LIMITS_ALPHAS = np.linspace(0, 1, 51)
+
+
+def fig_model_limits(d: float = 0.02, gammas=(2, 4, 6), alphas=_LIMITS_ALPHAS) -> alt.Chart:
     """Eq. 1's speedup against α at a few γ, beside the acceptance-blind γ+1 (no data)."""
     curves = pd.concat([
         pd.DataFrame({"α": alphas, "γ": f"γ={g}", "speedup": model.speedup(alphas, g, d),
@@ -265,7 +274,8 @@ def parity(cells: pd.DataFrame, column: str = "model_pot_ms",
     from specbench.report.acceptance import display_workload
     spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)].assign(
         workload=lambda c: c["workload"].map(display_workload))
-    lo, hi = float(spec[["pot_ms", column]].min().min()), float(spec[["pot_ms", column]].max().max())
+    both = spec[["pot_ms", column]]
+    lo, hi = float(both.min().min()), float(both.max().max())
     diagonal = alt.Chart(pd.DataFrame({"x": [lo, hi]})).mark_line(color="gray").encode(
         x="x:Q", y="x:Q")
     points = alt.Chart(spec).mark_point(filled=True, size=60).encode(
@@ -306,18 +316,25 @@ def sealed_parity(judged: pd.DataFrame) -> alt.FacetChart:
 
 def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
     """Per-position acceptance of each measured workload against the break-even α at the
-    engine's verification overhead v(γ), per SKU and batch (``plan.break_even_table``)."""
-    data = table[["sku", "batch", "workload", "gamma", "v", "break_even_alpha",
+    engine's verification overhead v(γ), per SKU and batch (``plan.break_even_table``; its
+    ``sku`` column, or a readable ``SKU`` one).
+
+    At most a handful of series stay distinguishable: the break-even lines are one grey line
+    per SKU (the tooltip names it), and Spec-Bench's categories share one colour."""
+    sku = "SKU" if "SKU" in table else "sku"
+    data = table[[sku, "batch", "workload", "gamma", "v", "break_even_alpha",
                   "alpha_per_position", "aggregate_r", "measured_speedup"]].rename(
-        columns={"sku": "sku_label"})
+        columns={sku: "sku_label"})
+    data = data.assign(kind=data["workload"].map(_workload_group))
     base = alt.Chart().encode(x=alt.X("gamma:Q", title="γ (draft tokens per step)",
                                       axis=alt.Axis(tickMinStep=1)))
-    line = base.mark_line(color="black", strokeDash=[4, 3]).encode(
+    line = base.mark_line(color="gray", opacity=0.5, strokeDash=[4, 3]).encode(
         y=alt.Y("break_even_alpha:Q", title="per-position acceptance α",
                 scale=alt.Scale(domain=[0, 1])),
-        detail="sku_label:N", strokeDash=alt.StrokeDash("sku_label:N", title="break-even, SKU"))
-    points = base.mark_point(size=70, filled=True).encode(
-        y="alpha_per_position:Q", color=alt.Color("workload:N"), shape=_shape(data),
+        detail="sku_label:N", tooltip=["sku_label", "batch", "gamma",
+                                       alt.Tooltip("break_even_alpha", format=".3f")])
+    points = base.mark_point(size=60, filled=True, opacity=0.7).encode(
+        y="alpha_per_position:Q", color=alt.Color("kind:N", title="workload"),
         tooltip=["sku_label", "workload", "batch", "gamma",
                  alt.Tooltip("v", format=".3f"), alt.Tooltip("break_even_alpha", format=".3f"),
                  alt.Tooltip("alpha_per_position", title="per-position α", format=".3f"),
@@ -328,7 +345,12 @@ def fig_break_even(table: pd.DataFrame) -> alt.FacetChart:
         title="Measured acceptance against the break-even at the model's verify overhead")
 
 
-# -- serving under load (book/serving.md; data from specbench.measure.serving runs) -------------------
+def _workload_group(workload: str) -> str:
+    """A colour group: this project's own workloads by name, Spec-Bench's categories as one."""
+    return "Spec-Bench categories" if workload.startswith("specbench:") else workload
+
+
+# -- serving under load (book/serving.md; data from specbench.measure.serving runs) -----------
 
 _GAMMA_PALETTE = {0: "#444444", 2: "#1f77b4", 4: "#ff7f0e", 6: "#2ca02c"}
 GAMMA_COLORS = alt.Scale(domain=list(_GAMMA_PALETTE), range=list(_GAMMA_PALETTE.values()))
@@ -342,13 +364,15 @@ _CONCURRENCY = alt.X("concurrency:Q", title="concurrency (requests in flight)",
                      scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=[1, 2, 4, 8, 16]))
 
 
-def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> alt.FacetChart:
-    """p50/p95/p99 latency against concurrency, per workload (columns) and metric (rows),
-    one line per γ and percentile, from a serving run's ``levels.csv`` (closed loop)."""
+def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft"),
+                            percentiles=(50, 95)) -> alt.FacetChart:
+    """Latency percentiles against concurrency, per workload and metric (panels), one line per
+    γ and percentile, from a serving run's ``levels.csv`` (closed loop). Two percentiles by
+    default, so three γ stay six distinguishable lines; p99 is in ``levels.csv``."""
     closed = levels[levels["mode"] == "concurrency"]
     rows = []
     for metric in metrics:
-        for p in (50, 95, 99):
+        for p in percentiles:
             rows.append(closed[["workload", "gamma", "concurrency"]].assign(
                 metric=metric.upper(), percentile=f"p{p}", ms=closed[f"p{p}_{metric}_ms"]))
     data = pd.concat(rows, ignore_index=True)
@@ -358,7 +382,7 @@ def fig_serving_percentiles(levels: pd.DataFrame, metrics=("itl", "ttft")) -> al
         x=_CONCURRENCY, y=alt.Y("ms:Q", title="ms", scale=alt.Scale(type="log")),
         color=alt.Color("gamma:O", title="γ", scale=_gamma_colors(data["gamma"])),
         strokeDash=alt.StrokeDash("percentile:N", title="percentile",
-                                  sort=["p50", "p95", "p99"],
+                                  sort=[f"p{p}" for p in percentiles],
                                   legend=alt.Legend(symbolType="stroke")),
         detail="percentile:N",
         tooltip=["workload", "gamma", "concurrency", "metric", "percentile",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.engine.counters import DecodeTally, SpecCounters
+from specbench.theory.counters import DecodeTally, SpecCounters
 from specbench.theory import model
 
 __all__ = ["eq1_curves", "shortfall_split", "step_counts", "cycle_costs", "error_ablation",
@@ -31,7 +31,10 @@ def _greedy(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["temperature"] == 0] if "temperature" in cells else cells
 
 
-def eq1_curves(cells: pd.DataFrame, gammas=np.linspace(0, 6, 61)) -> pd.DataFrame:
+_CURVE_GAMMAS = np.linspace(0, 6, 61)
+
+
+def eq1_curves(cells: pd.DataFrame, gammas=_CURVE_GAMMAS) -> pd.DataFrame:
     """Eq. 1 over continuous γ with each (SKU, workload, batch)'s counter α and t_base,
     and d(γ) interpolated from the cells' roofline values."""
     cells = _greedy(cells)
@@ -86,7 +89,7 @@ def step_counts(reps: pd.DataFrame) -> pd.DataFrame:
         counters = SpecCounters(int(r["drafts"].sum()), int(r["draft_tokens"].sum()),
                                 int(r["accepted_tokens"].sum()))
         tally = DecodeTally(counters, int((r["output_tokens"] - key[2]).sum()))
-        rows.append({**dict(zip(KEY, key)), "decoded_tokens": tally.decoded_tokens,
+        rows.append({**dict(zip(KEY, key, strict=True)), "decoded_tokens": tally.decoded_tokens,
                      "decode_steps": tally.decode_steps, "drafting_steps": counters.drafts,
                      "drafting_share": counters.drafts / tally.decode_steps,
                      "short_drafts": counters.draft_tokens - key[1] * counters.drafts,

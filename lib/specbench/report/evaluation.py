@@ -2,19 +2,22 @@
 the ablations of the headline model, leave-one-SKU-out transfer against ratio transfer, and
 which errors are inside the measurement's own noise.
 
-The cells evaluated are the speculative, greedy cells of :func:`specbench.report.analysis.sweep_cells`
-(temperature cells stay out while the engine fails the lossless test; see
-:mod:`specbench.measure.lossless`).
+The cells evaluated are the speculative, greedy cells of
+:func:`specbench.report.analysis.sweep_cells` (temperature cells stay out while the engine fails
+the lossless test; see :mod:`specbench.measure.lossless`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from specbench.store.load import NOISY_HOST_CV_PCT
+from specbench.derive.noise import NOISY_HOST_CV_PCT
 from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
 
-__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence", "GOAL_TRANSFER_PCT", "GOAL_TRANSFER_PER_SKU_PCT", "evidence", "error_table", "ablation_table", "transfer_table", "noise_table", "host_noise_table", "host_noise_summary", "QUICK_SWEEP_WORKLOADS", "quick_sweep_skus", "quick_sweep_summary"]
+__all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence",
+           "GOAL_TRANSFER_PCT", "GOAL_TRANSFER_PER_SKU_PCT", "evidence", "error_table",
+           "ablation_table", "transfer_table", "noise_table", "host_noise_table",
+           "host_noise_summary", "QUICK_SWEEP_WORKLOADS", "quick_sweep_skus", "quick_sweep_summary"]
 
 #: The goals the model is tracked against (issue 10): better than the source paper's 6.3 %.
 GOAL_MAPE_PCT = 3.0
@@ -62,7 +65,8 @@ def error_table(cells: pd.DataFrame, by=("sku_label", "batch", "workload"),
                 models=(HEADLINE, "eq1", "blind")) -> pd.DataFrame:
     """MAPE (with a bootstrap interval over cells) of each model per group, and overall."""
     c = evidence(cells)
-    rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **_row(g, models)}
+    rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+             **_row(g, models)}
             for key, g in c.groupby(list(by))]
     rows.append({**{k: "all" for k in by}, **_row(c, models)})
     return pd.DataFrame(rows).rename(columns={"sku_label": "SKU"})
@@ -117,7 +121,7 @@ def noise_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def host_noise_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per SKU: how noisy the host of its evaluated cells was (the median coefficient of
-    variation of a call's repetitions, :func:`specbench.store.load.repetition_cv_pct`, per
+    variation of a call's repetitions, :func:`specbench.derive.noise.repetition_cv_pct`, per
     run; the median over its cells where they come from several runs), whether that makes it
     a noisy host, and the headline's and eq. 1's MAPE there."""
     c = evidence(cells)

@@ -22,7 +22,8 @@ PUBLISHED = [
     ("residual_mean_ms", "per-cycle host residual on 'repeat'", 0.77, "ms", "A"),
     ("floor_host_ms", "host-exposed time per step", 5.78, "ms", "A, nsys, 8B, ctx≈2048"),
     ("host_share_pct", "host-exposed share of the step", 47.4, "%", "A, nsys, 8B"),
-    ("host_size_invariance_pct", "host term difference between model sizes", 4.0, "%", "A, 1B vs 8B"),
+    ("host_size_invariance_pct", "host term difference between model sizes", 4.0, "%",
+     "A, 1B vs 8B"),
     ("transfer_mape", "held-out cross-SKU MAPE", 1.8, "%", "A, H100 → H200"),
     ("break_even_alpha", "break-even α at c=0.05, k=4, v=0", 0.17, "", "B, formula"),
     # Source B's Table 3 (the Leviathan formula, α × k at c = 0.05, stress columns at k = 4)

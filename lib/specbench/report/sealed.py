@@ -20,8 +20,8 @@ from specbench.store.runs import RunSchemaError, load_runs, open_run
 from specbench.theory import model
 from specbench.report.transfer import KEY, transfer_predictions
 
-__all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "calibration_cells", "predict", "judged",
-           "drift_scaled"]
+__all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "SPEC_BENCH", "calibration_cells", "predict",
+           "predict_speedups", "judged", "drift_scaled"]
 
 PREDICTIONS = "predictions.csv"
 #: Beyond this median drift of a SKU's γ=0 arm between its calibration and its judged sweep,
@@ -59,6 +59,61 @@ def predict(others: pd.DataFrame, calibration: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values(KEY).reset_index(drop=True)
 
 
+SPEC_BENCH = tuple(f"specbench:{c}" for c in
+                   ("multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag"))
+SPEEDUP_COLUMNS = [*KEY, "prompts", "questions", "c", "c_cells", "d", "host_part",
+                   "divisor_transferred", "share_transferred", "lent", "from_sessions",
+                   "model_speedup", "ratio_speedup", "t_base_ms", "model_pot_ms", "ratio_pot_ms"]
+
+
+def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
+                     lender_cells: pd.DataFrame, lender_requests: pd.DataFrame,
+                     workloads=SPEC_BENCH, gammas=(2, 6), batches=(1, 4),
+                     prompts: int = 2) -> pd.DataFrame:
+    """The sealed table of a `make book` calibration (:mod:`specbench.report.step_cost`): per
+    workload × γ × batch, the speedup over the paired γ=0 arm from this host's step cost
+    c(γ, b) and D, s lent by the other hosts (``lender_cells`` and ``lender_requests``:
+    :func:`specbench.report.analysis.sweep_cells` with ``every_session`` and
+    :func:`~specbench.report.analysis.request_predictors`, other host sessions only); ratio
+    transfer beside it (the geometric mean of the lenders' measured speedups for the cell). A
+    latency follows as the calibration's median γ=0 step at that batch over the speedup — its
+    t_base is not the predicted workload's, so the latency is a guide and the speedup is what
+    is judged. Cells without a step cost on this host or without a lender are left out."""
+    from specbench.report import step_cost
+    cost = step_cost.step_costs(calibration, verify).set_index(["gamma", "batch"])
+    base = calibration[(calibration["gamma"] == 0) & (calibration["temperature"] == 0)]
+    t_base = base.groupby("batch")["pot_ms"].median()
+    dtype = calibration["dtype"].iloc[0] if "dtype" in calibration else None
+    order = step_cost.question_order(lender_requests) if len(lender_requests) else {}
+    rows = []
+    for w in workloads:
+        for g in gammas:
+            for b in batches:
+                if (g, b) not in cost.index:
+                    continue
+                questions = step_cost.target_questions(order.get(w, []), prompts, b)
+                lent = step_cost.lend(w, g, b, questions, dtype, lender_cells, lender_requests)
+                if lent is None:
+                    continue
+                c = cost.loc[(g, b)]
+                speedup, d_mean, s_mean = step_cost.speedup(lent["per_prompt"], c["c"])
+                theirs = lender_cells[(lender_cells["workload"] == w) & (lender_cells["gamma"] == g)
+                                      & (lender_cells["batch"] == b)
+                                      & (lender_cells["temperature"] == 0)]["speedup"]
+                ratio = float(np.exp(np.log(theirs).mean()))
+                rows.append({"workload": w, "gamma": g, "batch": b, "prompts": prompts,
+                             "questions": " ".join(questions), "c": c["c"],
+                             "c_cells": int(c["c_cells"]), "d": c["d"],
+                             "host_part": c["host_part"], "divisor_transferred": d_mean,
+                             "share_transferred": s_mean, "lent": lent["lent"],
+                             "from_sessions": lent["sessions"], "model_speedup": speedup,
+                             "ratio_speedup": ratio, "t_base_ms": t_base.get(b, np.nan)})
+    out = pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+    out["model_pot_ms"] = out["t_base_ms"] / out["model_speedup"]
+    out["ratio_pot_ms"] = out["t_base_ms"] / out["ratio_speedup"]
+    return out.sort_values(KEY).reset_index(drop=True)
+
+
 def _sealed(sweep) -> tuple[pd.DataFrame, dict]:
     """The prediction a sweep names, after checking the table is the one it recorded."""
     record = sweep.manifest["judged_against"]
@@ -77,23 +132,38 @@ def _sealed(sweep) -> tuple[pd.DataFrame, dict]:
     return prediction.table(PREDICTIONS), prediction.manifest   # table() checks the hash
 
 
-def judged(root, cells: pd.DataFrame) -> pd.DataFrame:
-    """Every sweep measured against a sealed prediction: its cells (as ``cells`` — the
-    :func:`specbench.report.analysis.sweep_cells` table — holds them) beside the numbers
-    predicted before the sweep started, with both errors per cell."""
+def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every sweep measured against a sealed prediction: its own cells beside the numbers
+    predicted before it started, with both errors per cell.
+
+    The cells are read from the judged sweep alone (:func:`specbench.report.analysis.run_cells`),
+    never from the store's latest-cell table: a later run of the same SKU, from this host or
+    another, leaves a sealed verdict as it was. (``cells`` is accepted for older callers and
+    not used.)
+
+    Speedup over the paired γ=0 arm is what is judged (``model_speedup_err_pct``,
+    ``ratio_speedup_err_pct``): the measured speedup is the sweep's paired γ=0 latency over its
+    speculative latency. Tables sealed as speedups (a `make book` calibration) carry the
+    predicted speedup; tables sealed as latencies (a γ=0 calibration) are scored as speedups
+    too — the calibration's t_base over the sealed latency — so a γ=0 arm that moved between
+    calibration and sweep does not count as the model's miss. The latency errors
+    (``model_err_pct``, ``ratio_err_pct``; the sealed latency against the measured one) stay
+    beside them with the γ=0 drift (``t_base_drift_pct``) that explains them."""
+    from specbench.report.analysis import run_cells
     frames = []
     for sweep in load_runs(root, kind="sweep"):
         if not sweep.manifest.get("judged_against"):
             continue
         table, manifest = _sealed(sweep)
-        measured = cells.loc[(cells["run_id"] == sweep.run_id) & (cells["gamma"] > 0)
-                             & (cells["temperature"] == 0),
-                             ["sku", *KEY, "pot_ms", "alpha", "unstable"]]
+        own = run_cells(sweep)
+        greedy = own[own["temperature"] == 0]
+        measured = greedy.loc[greedy["gamma"] > 0, ["sku", *KEY, "pot_ms", "alpha", "unstable",
+                                                    "t_base_ms"]]
+        measured = measured.rename(columns={"t_base_ms": "paired_t_base_ms"})
         both = measured.merge(table, on=KEY, how="inner")
         # The sweep measures the SKU's γ=0 arm again: if it moved since the calibration, the
         # sealed t_base did not hold and the miss is not all the model's (see drift_scaled).
-        base = cells.loc[(cells["run_id"] == sweep.run_id) & (cells["gamma"] == 0)
-                         & (cells["temperature"] == 0), ["workload", "batch", "pot_ms"]]
+        base = greedy.loc[greedy["gamma"] == 0, ["workload", "batch", "pot_ms"]]
         both = both.merge(base.rename(columns={"pot_ms": "sweep_t_base_ms"}),
                           on=["workload", "batch"], how="left")
         both["prediction_run"] = manifest["run_id"]
@@ -103,6 +173,20 @@ def judged(root, cells: pd.DataFrame) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     out = pd.concat(frames, ignore_index=True)
+    if "model_speedup" not in out:
+        out["model_speedup"] = np.nan
+        out["ratio_speedup"] = np.nan
+    latency_sealed = out["model_speedup"].isna()
+    out.loc[latency_sealed, "model_speedup"] = (
+        out["t_base_ms"] / out["model_pot_ms"])[latency_sealed]
+    out.loc[latency_sealed, "ratio_speedup"] = (
+        out["t_base_ms"] / out["ratio_pot_ms"])[latency_sealed]
+    out["sealed_as"] = np.where(latency_sealed, "latency", "speedup")
+    out["measured_speedup"] = out["paired_t_base_ms"] / out["pot_ms"]
+    out["model_speedup_err_pct"] = model.cell_errors(out["model_speedup"],
+                                                     out["measured_speedup"])
+    out["ratio_speedup_err_pct"] = model.cell_errors(out["ratio_speedup"],
+                                                     out["measured_speedup"])
     out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["pot_ms"])
     out["ratio_err_pct"] = model.cell_errors(out["ratio_pot_ms"], out["pot_ms"])
     out["t_base_drift_pct"] = (out["sweep_t_base_ms"] / out["t_base_ms"] - 1) * 100

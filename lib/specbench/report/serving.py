@@ -1,8 +1,8 @@
 """The serving chapter's numbers (book/serving.md), read from a ``serving`` run.
 
-The chapter module :mod:`specbench.report.chapters.serving` returns every number and data-dependent sentence the
-chapter glues, with the run id they came from; the tables the chapter shows are built here too,
-so the chapter is prose plus one-line calls.
+The chapter module :mod:`specbench.report.chapters.serving` returns every number and
+data-dependent sentence the chapter glues, with the run id they came from; the tables the
+chapter shows are built here too, so the chapter is prose plus one-line calls.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from specbench.store.runs import Run
 
-__all__ = ["latest_run", "itl_goodput_table", "sweep_comparison"]
+__all__ = ["latest_run", "itl_goodput_table", "sweep_comparison", "tpot_table"]
 
 
 def latest_run(root=None) -> Run:
@@ -66,12 +66,26 @@ def sweep_comparison(levels: pd.DataFrame, speed: pd.DataFrame,
 # -- the chapter's tables, as a reader reads them ---------------------------------------------
 
 def _flat(table: pd.DataFrame) -> pd.DataFrame:
-    """A pivot's index as ordinary columns (a table without an index column)."""
-    return table.reset_index()
+    """A pivot's index as ordinary columns (a table without an index column); a concurrency
+    is a whole number of requests."""
+    flat = table.reset_index()
+    if "concurrency" in flat:
+        flat["concurrency"] = flat["concurrency"].astype(int)
+    return flat
 
 
 def readable_itl_goodput(levels: pd.DataFrame) -> pd.DataFrame:
     return _flat(itl_goodput_table(levels))
+
+
+def tpot_table(levels: pd.DataFrame) -> pd.DataFrame:
+    """p95 time per output token (ms) per workload and concurrency, one column per γ: the
+    latency the SLO judges, narrow enough for the page (the wider ITL/goodput table is
+    :func:`readable_itl_goodput`)."""
+    table = levels[levels["mode"] == "concurrency"].pivot_table(
+        index=["workload", "concurrency"], columns="gamma", values="p95_tpot_ms")
+    table.columns = [f"p95 TPOT (ms), γ={g}" for g in table.columns]
+    return _flat(table)
 
 
 def cost_table(levels: pd.DataFrame) -> pd.DataFrame:
@@ -97,8 +111,8 @@ def crossover_table(crossover: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "workload": c["workload"], "γ": c["gamma"].astype(int),
         "crossover (concurrency)": [_bound(v, True) for v in c["crossover"]],
-        "95 % interval, low": [_bound(v, True) for v in c["crossover_lo"]],
-        "95 % interval, high": [_bound(v, False) for v in c["crossover_hi"]],
+        "95 % interval": [f"{_bound(lo, True)} to {_bound(hi, False)}"
+                          for lo, hi in zip(c["crossover_lo"], c["crossover_hi"], strict=True)],
         "resamples with a crossover": c["share_with_crossover"].astype(float),
         "verdict": c["verdict"]})
 

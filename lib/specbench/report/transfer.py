@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specbench.store.cache import memoised
 from specbench.theory import model
 from specbench.theory.predict import _pot, fit_host_ratio
 
@@ -69,6 +70,7 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
     return out
 
 
+@memoised
 def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per predicted speculative cell of every SKU (greedy cells only).
 
@@ -86,7 +88,8 @@ def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None)
         others = spec[(spec["sku"] != sku) & lenders]
         if others.empty:
             continue
-        target = spec.loc[spec["sku"] == sku, ["sku", *KEY, "pot_ms", "t_base_ms", "d", "alpha"]]
+        own = ["sku", *(["host_session"] if "host_session" in spec else []), *KEY]
+        target = spec.loc[spec["sku"] == sku, [*own, "pot_ms", "t_base_ms", "d", "alpha"]]
         frames.append(transfer_predictions(
             target.rename(columns={"pot_ms": "measured_pot_ms", "alpha": "alpha_own"}), others))
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -112,6 +115,8 @@ def per_prompt(loso: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     for i, row in out[out["batch"] == 1].iterrows():
         mine = r[(r["sku"] == row["sku"]) & (r["workload"] == row["workload"])
                  & (r["gamma"] == row["gamma"])]
+        if "host_session" in mine and "host_session" in row:   # the cell's own host's requests
+            mine = mine[mine["host_session"] == row["host_session"]]
         if mine.empty:
             continue
         others = (r[(r["sku"] != row["sku"]) & lends(r["sku"])

@@ -17,7 +17,7 @@ import math
 
 __all__ = ["ClaimError", "claim", "across", "compare", "size_word", "regime", "spread_pct",
            "SMALL_COST", "NOISE_FLOOR_PCT", "HOST_DOMINATED_SHARE", "MODEL_SIZE_INVARIANT_PCT",
-           "CLOSE_ERRORS_PCT"]
+           "CLOSE_ERRORS_PCT", "paired_verdict"]
 
 # Thresholds, stated once. Each is a judgement, written here so a reader can disagree with it
 # in one place and see every sentence that depends on it change.
@@ -110,3 +110,17 @@ def regime(host_share: float) -> str:
     if host_share != host_share:
         return "not measured (no host-floor run)"
     return "host-dominated" if host_share > HOST_DOMINATED_SHARE else "compute-dominated"
+
+
+def paired_verdict(low: float, high: float) -> str:
+    """Which of two predictions did better on the same cells, from the bootstrap interval of
+    the mean difference of their absolute errors (first minus second;
+    :func:`specbench.theory.predict.bootstrap_difference`): "better" when the whole interval
+    lies below zero, "worse" above it, "tie" when it spans zero or there is none."""
+    if low != low or high != high:   # NaN: too few cells for an interval
+        return "tie"
+    if high < 0:
+        return "better"
+    if low > 0:
+        return "worse"
+    return "tie"

@@ -112,7 +112,7 @@ TABLE_COLUMNS = {
                    "p95_tpot_ms", "goodput", "qualified_tokens_per_s", "mean_running"],
     "serving/requests.csv": ["workload", "gamma", "mode", "level", "ttft_ms", "tpot_ms",
                              "output_len", "good"],
-    # sweep runs: one row per request per timed call (specbench.measure.sweep_tables.request_rows)
+    # sweep runs: one row per request per timed call (specbench.derive.sweep_tables.request_rows)
     "sweep/requests.csv": ["workload", "gamma", "batch", "arm", "rep", "request",
                            "output_tokens", "pot_ms"],
     "speedup.csv": ["workload", "gamma", "concurrency", "speedup", "speedup_lo", "speedup_hi"],
@@ -286,7 +286,8 @@ class Run:
             if not path.exists():
                 raise RunSchemaError(f"{path}: missing — the run {self.path} has no {name}"
                                      + ("" if self.complete else " (it was never finished)"))
-            frame = read_table(path, self.manifest.get("kind"))  # first: its errors name the column at fault
+            # First: its errors name the column at fault.
+            frame = read_table(path, self.manifest.get("kind"))
             expected = self.manifest.get("files", {}).get(name)
             if expected and sha256_file(path) != expected["sha256"]:
                 raise RunSchemaError(

@@ -103,7 +103,8 @@ def measured_decode_speedup(mean_acceptance_length, step_cost_ratio):
 def replicas_needed(demand_tokens_per_s, qualified_tokens_per_s):
     """Whole replicas to serve the peak demand: ceil(demand / per-replica qualified rate)."""
     demand_tokens_per_s = check("demand_tokens_per_s", demand_tokens_per_s, low=0, low_open=True)
-    qualified_tokens_per_s = check("qualified_tokens_per_s", qualified_tokens_per_s, low=0, low_open=True)
+    qualified_tokens_per_s = check("qualified_tokens_per_s", qualified_tokens_per_s, low=0,
+                                   low_open=True)
     return math.ceil(demand_tokens_per_s / qualified_tokens_per_s)
 
 

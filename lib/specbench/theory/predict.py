@@ -5,13 +5,14 @@ The headline model (named here once, before it meets new runs) is
     pot = t_base·(1 + s·(d + h/t_base)) / D                                   (HEADLINE)
 
 * D — tokens emitted per decode step, from the engine's counters and token counts, never from
-  timing (:func:`specbench.measure.sweep_tables.decode_steps` says how the max-tokens cut-off is handled);
+  timing (:func:`specbench.derive.sweep_tables.decode_steps` says how the max-tokens cut-off is
+  handled);
   the paper's closed form αγ+1 is its idealisation and is shown beside it;
 * t_base — the γ=0 step of the same workload and batch, measured in calls interleaved with the
   cell's own (paired) where the run has them, else the γ=0 cell of the same run;
 * d — the verify overhead from microbenchmarks of the engine's own kernels at the verify
-  shapes (:mod:`specbench.measure.microbench`) where the SKU has such a run, else the frozen roofline
-  recorded in the run's manifest (``d_source`` says which);
+  shapes (:mod:`specbench.measure.microbench`) where the SKU has such a run, else the frozen
+  roofline recorded in the run's manifest (``d_source`` says which);
 * s — the share of decode steps that drafted (counters): a step whose n-gram lookup found
   nothing verifies one row and costs t_base, so the verify overhead d and the host term h are
   paid by drafting steps only (the paper's eq. 1 charges d to every step);
@@ -34,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["HEADLINE", "MODELS", "MIN_IDENTIFYING_SHARE", "add_predictions", "fit_host_ratio",
-           "host_ratio_sensitivity", "identifying", "bootstrap_mape", "cell_interval"]
+           "host_ratio_sensitivity", "identifying", "bootstrap_mape", "bootstrap_difference",
+           "cell_interval"]
 
 HEADLINE = "model"
 MODELS = {
@@ -45,6 +47,10 @@ MODELS = {
     "eq1": "the paper's eq. 1: αγ+1, frozen-roofline d",
     "blind": "acceptance-blind: t_base/(γ+1)",
 }
+
+
+#: Where a cell's host session has no kernel microbenchmark, d is the frozen roofline's.
+ROOFLINE_D = "roofline (no microbenchmark on this host session)"
 
 
 def _pot(t_base, d, h, share, divisor):
@@ -62,7 +68,7 @@ MIN_IDENTIFYING_SHARE = 0.2
 def identifying(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells that may enter the fit of h: speculative, greedy or sampled alike, drafting on
     at least :data:`MIN_IDENTIFYING_SHARE` of their steps, and not flagged unstable (their
-    repetitions disagree; :mod:`specbench.measure.sweep_tables`)."""
+    repetitions disagree; :mod:`specbench.derive.sweep_tables`)."""
     c = cells[(cells["gamma"] > 0) & (cells["drafting_share"] >= MIN_IDENTIFYING_SHARE)]
     if "unstable" in c:
         c = c[~c["unstable"].eq(True)]
@@ -96,10 +102,16 @@ def host_ratio_sensitivity(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _host(cells: pd.DataFrame) -> list[str]:
+    """The columns naming where a cell was measured: its SKU, and its host session where the
+    table has one (a host term is one host's, never pooled across hosts of a CPU kind)."""
+    return ["sku", "host_session"] if "host_session" in cells else ["sku"]
+
+
 def _cross_fitted_h(cells: pd.DataFrame) -> pd.Series:
-    """h/t_base for each cell from the other workloads of its SKU and batch."""
+    """h/t_base for each cell from the other workloads of its SKU, host session and batch."""
     out = pd.Series(0.0, index=cells.index)
-    for (sku, b), group in cells.groupby(["sku", "batch"]):
+    for _, group in cells.groupby([*_host(cells), "batch"]):
         for w in group["workload"].unique():
             others = group[(group["workload"] != w) & (group["temperature"] == 0)]
             out[group.index[group["workload"] == w]] = fit_host_ratio(others)
@@ -116,7 +128,7 @@ def add_predictions(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -
     c = cells.copy()
     c["divisor_closed_form"] = c["alpha"] * c["gamma"] + 1
     c["d_source"] = np.where(c["d_micro"].notna(), "microbenchmark",
-                             np.where(c["d_roofline"].notna(), "roofline", "none"))
+                             np.where(c["d_roofline"].notna(), ROOFLINE_D, "none"))
     c["d"] = c["d_micro"].fillna(c["d_roofline"])
     c["h_ratio"] = _cross_fitted_h(c)
     c["h_ms"] = c["h_ratio"] * c["t_base_ms"]
@@ -142,7 +154,9 @@ def add_predictions(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -
 
 def _per_request(c: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Batch-1 cells with per-request counters: predict each request, then average."""
-    key = ["sku", "workload", "gamma", "batch", "temperature"]
+    key = [*_host(c), "workload", "gamma", "batch", "temperature"]
+    if not set(key) <= set(requests):
+        key = ["sku", "workload", "gamma", "batch", "temperature"]
     r = requests.merge(c[key + ["d_micro", "d_roofline", "h_ratio"]], on=key, how="inner")
     if r.empty:
         return c
@@ -176,6 +190,27 @@ def bootstrap_mape(errors: pd.Series, resamples: int = 2000, seed: int = 0,
     res = stats.bootstrap((e,), np.mean, n_resamples=resamples, confidence_level=level,
                           method="BCa", rng=np.random.default_rng(seed))
     return float(e.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def bootstrap_difference(errors_a, errors_b, resamples: int = 2000, seed: int = 0,
+                         level: float = 0.95) -> tuple[float, float, float]:
+    """The mean difference of absolute errors |a| − |b| over paired cells and its bootstrap
+    interval (scipy's BCa, resampling cells so each keeps both its errors; a fixed seed, so a
+    verdict is the same every time it is computed). Fewer than two cells, or cells whose
+    differences are all equal: no interval."""
+    from scipy import stats
+    a = np.abs(np.asarray(errors_a, dtype=float))
+    b = np.abs(np.asarray(errors_b, dtype=float))
+    keep = ~(np.isnan(a) | np.isnan(b))
+    diff = a[keep] - b[keep]
+    if diff.size == 0:
+        return (np.nan, np.nan, np.nan)
+    if diff.size < 2 or np.ptp(diff) == 0:
+        return (float(diff.mean()), np.nan, np.nan)
+    res = stats.bootstrap((diff,), np.mean, n_resamples=resamples, confidence_level=level,
+                          method="BCa", rng=np.random.default_rng(seed))
+    return (float(diff.mean()), float(res.confidence_interval.low),
+            float(res.confidence_interval.high))
 
 
 def cell_interval(values, resamples: int = 2000, seed: int = 0, level: float = 0.95):

@@ -1,6 +1,7 @@
 """A chapter's notebook on a Slurm cluster: one job array per partition, through submitit.
 
-    specbench cluster submit sweep --profile cluster/profiles.toml -g workloads '[["repeat"], ["open"]]'
+    specbench cluster submit sweep --profile cluster/profiles.toml \\
+        -g workloads '[["repeat"], ["open"]]'
     specbench cluster status  cluster-jobs/sweep-20261130T0500Z     # one look
     specbench cluster collect cluster-jobs/sweep-20261130T0500Z     # wait (bounded), then report
     specbench cluster resubmit cluster-jobs/sweep-20261130T0500Z    # rerun what did not complete
@@ -23,7 +24,7 @@ so status, collect and resubmit work from any later shell. States come from ``sa
 accounting daemon); every wait is bounded, so a task killed from outside is reported, never
 waited on.
 """
-from specbench.cli.cluster.command import *  # noqa: F401,F403
-from specbench.cli.cluster.jobs import *  # noqa: F401,F403
-from specbench.cli.cluster.profiles import *  # noqa: F401,F403
-from specbench.cli.cluster.selftest import *  # noqa: F401,F403
+from specbench.cli.cluster.command import *  # noqa: F403 - each module's __all__
+from specbench.cli.cluster.jobs import *  # noqa: F403 - each module's __all__
+from specbench.cli.cluster.profiles import *  # noqa: F403 - each module's __all__
+from specbench.cli.cluster.selftest import *  # noqa: F403 - each module's __all__

@@ -80,7 +80,8 @@ def _report(found: list[TaskStatus]) -> int:
         if s.log_tail:
             print(f"  | last lines of {s.log}:")
             print("\n".join(f"  | {line}" for line in s.log_tail.splitlines()))
-    counts = {o: sum(s.outcome == o for s in found) for o in dict.fromkeys(s.outcome for s in found)}
+    counts = {o: sum(s.outcome == o for s in found)
+              for o in dict.fromkeys(s.outcome for s in found)}
     print(f"{len(found)} tasks: " + ", ".join(f"{n} {o}" for o, n in counts.items()))
     if not all(s.final for s in found):
         return EXIT_STILL_RUNNING

@@ -32,7 +32,8 @@ from specbench.store.runs import (
     open_run,
 )
 
-__all__ = ["NotebookTask", "load_submission", "submit", "TaskStatus", "slurm_states", "statuses", "collect", "resubmit"]
+__all__ = ["NotebookTask", "load_submission", "submit", "TaskStatus", "slurm_states", "statuses",
+           "collect", "resubmit"]
 
 
 
@@ -70,7 +71,8 @@ def load_submission(folder: str | Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise ClusterError(f"{path}: no submission here (the folder `cluster submit` printed)") from None
+        raise ClusterError(f"{path}: no submission here "
+                           "(the folder `cluster submit` printed)") from None
     except json.JSONDecodeError as exc:
         raise ClusterError(f"{path}: not valid JSON ({exc})") from None
 
@@ -96,7 +98,7 @@ def _submit_arrays(folder: Path, submission: dict, tasks: list[dict]) -> None:
         jobs = executor.map_array(NotebookTask(), [submission["notebook"]] * len(group),
                                   [t["parameters"] for t in group],
                                   [str(folder / "tasks" / f"{t['key']}.run") for t in group])
-        for task, job in zip(group, jobs):
+        for task, job in zip(group, jobs, strict=True):
             task["attempts"].append({"job_id": job.job_id, "submitted_at": now_iso()})
         _save(folder, submission)
 
@@ -125,7 +127,8 @@ def submit(notebook: str, profile: dict[str, Partition], partitions: list[str] |
     if dry_run:
         return folder, submission
     if _record_path(folder).exists():
-        raise ClusterError(f"{folder}: already holds a submission (use resubmit, or another --folder)")
+        raise ClusterError(f"{folder}: already holds a submission "
+                           "(use resubmit, or another --folder)")
     (folder / "tasks").mkdir(parents=True, exist_ok=True)
     _save(folder, submission)
     _submit_arrays(folder, submission, submission["tasks"])

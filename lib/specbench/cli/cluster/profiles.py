@@ -7,7 +7,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SUBMISSION_FILE", "OUTCOMES", "LOG_TAIL_LINES", "ClusterError", "Partition", "load_profile", "notebook_parameters", "split_gammas", "Task", "plan_tasks"]
+__all__ = ["SUBMISSION_FILE", "OUTCOMES", "LOG_TAIL_LINES", "ClusterError", "Partition",
+           "load_profile", "notebook_parameters", "split_gammas", "Task", "plan_tasks"]
 
 try:
     import submitit
@@ -162,7 +163,8 @@ def plan_tasks(notebook: str, fixed: dict, grid: dict[str, list], partitions: li
         if "gammas" in axes:
             raise ClusterError("--split-gamma and a grid axis 'gammas' both split γ: use one")
         axes["gammas"] = split_gammas(fixed.get("gammas", declared["gammas"]))
-    groups = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] or [{}]
+    groups = [dict(zip(axes, combo, strict=True))
+              for combo in itertools.product(*axes.values())] or [{}]
     return [Task(f"{p}-{i:03d}", p, {**fixed, **group})
             for p in partitions for i, group in enumerate(groups)]
 

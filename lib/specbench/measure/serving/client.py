@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specbench.engine.counters import SpecCounters
 from specbench.measure.serving.config import (
     LOOPBACK,
     METRICS,
@@ -18,6 +17,7 @@ from specbench.measure.serving.config import (
     SLO,
     LoadDefinition,
 )
+from specbench.theory.counters import SpecCounters
 from specbench.measure.serving.server import (
     RUNNING_TIME,
     LoadSampler,
@@ -54,7 +54,7 @@ def run_client(argv: list[str]) -> dict:
         try:
             with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
                 box["result"] = serve.main(args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
         box["stdout"] = buffer.getvalue()
 
@@ -120,7 +120,8 @@ def qualified(result: dict, slo: SLO) -> pd.DataFrame:
         "ok": [not e for e in result["errors"]]})
     n = frame["output_len"].astype(float)
     frame["tpot_ms"] = np.where(n > 1, (frame["e2el_ms"] - frame["ttft_ms"]) / (n - 1).clip(1), 0.0)
-    frame["good"] = frame["ok"] & (frame["ttft_ms"] <= slo.ttft_ms) & (frame["tpot_ms"] <= slo.tpot_ms)
+    frame["good"] = (frame["ok"] & (frame["ttft_ms"] <= slo.ttft_ms)
+                     & (frame["tpot_ms"] <= slo.tpot_ms))
     return frame
 
 
@@ -163,7 +164,7 @@ def measure_level(server: Server, workload: str, dataset: Path, load: LoadDefini
     with LoadSampler(server) as sampler:
         try:
             result = run_client(argv)
-        except Exception as exc:  # noqa: BLE001 - named below with the server's state
+        except Exception as exc:  # named below with the server's state
             _raise_if_dead(server, workload, mode, level, load.num_prompts, exc)
             raise
     _raise_if_dead(server, workload, mode, level, load.num_prompts)

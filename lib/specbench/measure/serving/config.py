@@ -1,4 +1,5 @@
-"""What a serving run measures: SLOs, the load definition and the run's configuration."""
+"""What a serving run measures: its SLO (defined in :mod:`specbench.theory.slo`), the load
+definition and the run's configuration."""
 from __future__ import annotations
 
 import json
@@ -6,11 +7,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbench.engine.hardware import resolve_dtype
 from specbench.engine.vllm_engine import EngineSettings, on_gpu
 from specbench.measure.workloads import builtin as workloads
 from specbench.store.runs import REPO_ROOT
+from specbench.theory.slo import CPU_SLO, GPU_SLO, SLO
 
-__all__ = ["LOOPBACK", "DEFAULT_DATASET", "PERCENTILES", "METRICS", "SLO", "CPU_SLO", "GPU_SLO", "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig"]
+__all__ = ["LOOPBACK", "DEFAULT_DATASET", "PERCENTILES", "METRICS", "SLO", "CPU_SLO", "GPU_SLO",
+           "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig"]
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
@@ -18,41 +22,8 @@ PERCENTILES = (50, 95, 99)
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
-# -- service level objectives ---------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SLO:
-    """Per-request limits, in milliseconds; a request qualifies when it meets both (the
-    client's ``--goodput`` rule). A level *meets the SLO at p95* when its p95 TTFT and p95
-    TPOT are within the limits, i.e. at least 95 % of requests qualify on each."""
-    ttft_ms: float
-    tpot_ms: float
-    why: str = ""
-
-    def validate(self) -> None:
-        for name in ("ttft_ms", "tpot_ms"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"SLO {name} must be a positive number of milliseconds, "
-                                 f"got {value!r}")
-
-    def goodput_args(self) -> list[str]:
-        return ["--goodput", f"ttft:{self.ttft_ms:g}", f"tpot:{self.tpot_ms:g}"]
-
-
-# Why these defaults. On 2-core CPUs of this kind the 135M model decodes one request at
-# ~20-60 ms per token and prefills a ~700-token prompt in ~0.6-1.1 s. TPOT 150 ms is reading
-# speed (~6-7 tokens/s, what a streaming chat must beat) and leaves room for a slowdown under
-# load; TTFT 3 s leaves room for a few long prefills queued ahead. On a datacenter GPU, public
-# interactive-serving limits are of the order of 0.5 s to first token and 40-50 ms per token
-# (e.g. MLPerf Inference's interactive LLM scenario); 500 ms / 50 ms is that order.
-CPU_SLO = SLO(3000.0, 150.0, "2-core CPU, 135M model: TPOT at reading speed (~6-7 tok/s), "
-              "TTFT room for a few ~700-token prefills (~0.6-1.1 s each) queued")
-GPU_SLO = SLO(500.0, 50.0, "datacenter GPU: interactive-serving limits of the order used "
-              "by public benchmarks (~0.5 s to first token, 40-50 ms per token)")
-
-
 def default_slo() -> SLO:
+    """The SLO of this machine's kind (:mod:`specbench.theory.slo` says why each)."""
     return GPU_SLO if on_gpu() else CPU_SLO
 
 
@@ -150,12 +121,15 @@ class ServingConfig:
     model: str | None = None
     gammas: tuple[int, ...] = (0, 2, 4)
     load: LoadDefinition = field(default_factory=LoadDefinition)
-    dtype: str = "bfloat16"
+    dtype: str | None = None   # None: this machine's fast dtype (hardware.resolve_dtype)
     root: str = "runs"
     price_per_replica_hour: float = 0.10   # USD; a parameter, not a measurement
     demand_tokens_per_s: float = 1000.0    # peak output-token demand the fleet must serve
     ready_timeout_s: float = 300.0
     notes: str = ""
+
+    def __post_init__(self):
+        self.dtype = resolve_dtype(self.dtype)
 
     def validate(self) -> dict[str, list[int]]:
         if not self.gammas or 0 not in self.gammas:

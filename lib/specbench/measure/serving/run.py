@@ -32,7 +32,7 @@ __all__ = ["run_serving"]
 # -- the run ----------------------------------------------------------------------------------
 
 def _manifest(cfg: ServingConfig, model: str, ids: dict[str, list[int]]) -> dict:
-    from specbench.store.contract import contract
+    from specbench.measure.contract import contract
 
     load = cfg.load
     example = Server(EngineSettings(model=model, gamma=max(cfg.gammas), dtype=cfg.dtype),

@@ -22,11 +22,13 @@ import pandas as pd
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from specbench.engine.counters import SpecCounters, from_prometheus_text
+from specbench.engine.counters import from_prometheus_text
 from specbench.engine.vllm_engine import EngineSettings, on_gpu
 from specbench.measure.serving.config import LOOPBACK
+from specbench.theory.counters import SpecCounters
 
-__all__ = ["ServerError", "free_port", "Server", "gauge", "RUNNING_TIME", "ROLES", "histogram_sum", "LoadSampler"]
+__all__ = ["ServerError", "free_port", "Server", "gauge", "RUNNING_TIME", "ROLES", "histogram_sum",
+           "LoadSampler"]
 
 
 # -- the server -------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ def source(name: str, spec_bench_path=None):
     """The prompt source behind a workload name.
 
     * ``repeat``, ``open``, ``edit`` — the project's texts;
-    * ``specbench:<category>`` — Spec-Bench prompts of one category (:mod:`specbench.measure.workloads.spec_bench`);
+    * ``specbench:<category>`` — Spec-Bench prompts of one category
+      (:mod:`specbench.measure.workloads.spec_bench`);
     * ``file:<path>`` — an operator's JSONL in vLLM's custom-dataset format
       (:mod:`specbench.measure.workloads.operator_file`).
     """

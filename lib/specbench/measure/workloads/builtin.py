@@ -30,7 +30,9 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["PASSAGES", "OPEN_SUBJECTS", "REPEAT_INSTRUCTION", "EDITS", "Workload", "Request", "WORKLOADS", "passages", "PARAGRAPHS", "SAMPLING", "sampling", "messages", "describe", "BuiltinSource"]
+__all__ = ["PASSAGES", "OPEN_SUBJECTS", "REPEAT_INSTRUCTION", "EDITS", "Workload", "Request",
+           "WORKLOADS", "passages", "PARAGRAPHS", "SAMPLING", "sampling", "messages", "describe",
+           "BuiltinSource"]
 
 PASSAGES = ("lighthouse", "bakery", "river", "clock")
 
@@ -127,7 +129,8 @@ def messages(workload: str, index: int) -> list[dict[str, str]]:
     subject, opening = OPEN_SUBJECTS[index % len(OPEN_SUBJECTS)]
     return history + [
         {"role": "user", "content": f"Good. Now write a completely new and original story "
-                                    f"about {subject}. Do not reuse any sentence from the passage."},
+                                    f"about {subject}. Do not reuse any sentence from the "
+                                    "passage."},
         {"role": "assistant", "content": opening}]
 
 

@@ -35,7 +35,8 @@ def default_path() -> Path:
     """$SPECBENCH_SPEC_BENCH, else ``../shared/data/spec_bench/question.jsonl`` beside the
     checkout (where the project's machines and CI keep the download)."""
     env = os.environ.get("SPECBENCH_SPEC_BENCH")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+    return (Path(env) if env
+            else REPO_ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl")
 
 
 def read_questions(path: Path) -> list[dict]:

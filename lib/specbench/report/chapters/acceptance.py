@@ -1,4 +1,5 @@
-"""The acceptance chapter's numbers: acceptance across its range on Spec-Bench, and the lossless test."""
+"""The acceptance chapter's numbers: acceptance across its range on Spec-Bench, and the lossless
+test."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,10 @@ from specbench.report.acceptance import (
     patched_passes_lossless,
     primary_sku,
 )
-from specbench.report.chapters.base import Numbers
+from specbench.report.chapters.base import Numbers, count_of
 from specbench.store.runs import DEFAULT_ROOT
 
-__all__ = ["numbers"]
+__all__ = ["numbers", "predictor_table", "grouped_workloads"]
 
 
 
@@ -32,6 +33,7 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     bench = spec[spec["workload"].str.startswith("specbench:")]
     # Every sweep run whose cells the chapter's figures and tables show (all SKUs, sampled too).
     n.add(runs=list(dict.fromkeys(cells["run_id"])), sku=mine["sku_label"].iloc[0],
+          sku_runs=", ".join(dict.fromkeys(mine["run_id"])),
           categories=int(bench["workload"].nunique()),
           prompts_per_category=int(bench["n_requests"].max()) if len(bench) else 0,
           cells=int(len(spec)))
@@ -55,7 +57,16 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     n.add(tighter=("tokens per step" if abs(n["corr_divisor"]) > abs(n["corr_alpha"])
                    else "α"))
     slower = spec[spec["speedup"] < 1]
-    n.add(slower_cells=int(len(slower)))
+    n.add(slower_cells=int(len(slower)), b1_cells=int(len(b1)))
+    # The same two questions over every SKU: which predictor the speedup follows, and how
+    # often speculation lost to its paired baseline. By count; the table names the SKUs.
+    per_sku = predictor_table(cells)
+    n.tables["per_sku"] = per_sku
+    n.add(skus_n=len(per_sku),
+          tighter_count=count_of(dict(zip(per_sku["SKU"], per_sku["tokens per step tighter"],
+                                          strict=True))),
+          all_spec_cells=int(per_sku["speculative cells"].sum()),
+          all_slower_cells=int(per_sku["slower than γ=0"].sum()))
     verdict, run_id = lossless_table(root)
     if not run_id:
         n.add(lossless_fails=False, lossless_p_max=float("nan"), lossless_alpha_hot=float("nan"),
@@ -64,6 +75,7 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
               root_cause_status="No lossless run is in the store, so whether this defect "
                                 "applies to the engine measured here is not known",
               lossless_runs_n=0, patched_runs_n=0, patched_p_min=float("nan"),
+              lossless_run_ids="none",
               patched_alpha_hot=float("nan"),
               patched_verdict="no run with the engine patch is in the store yet")
     if run_id:
@@ -88,10 +100,13 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
         hot_patched = patched[patched["temperature"] > 0]
         passes = patched_passes_lossless(root)
         n.add(runs=list(dict.fromkeys(every["run_id"])),
+              lossless_run_ids=", ".join(dict.fromkeys(every["run_id"])),
               lossless_runs_n=int(every["run_id"].nunique()),
               patched_runs_n=int(patched["run_id"].nunique()),
-              patched_p_min=float(hot_patched["p_value"].min()) if len(hot_patched) else float("nan"),
-              patched_alpha_hot=float(hot_patched["alpha"].min()) if len(hot_patched) else float("nan"),
+              patched_p_min=(float(hot_patched["p_value"].min()) if len(hot_patched)
+                             else float("nan")),
+              patched_alpha_hot=(float(hot_patched["alpha"].min()) if len(hot_patched)
+                                 else float("nan")),
               patched_verdict=(
                   "no run with the engine patch is in the store yet" if passes is None else
                   "with the upstream fix applied as a vLLM plugin, every patched run passes at "
@@ -106,3 +121,27 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     return n
 
 
+def predictor_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per SKU: over its greedy speculative batch-1 cells, how closely the paired
+    speedup follows counter α and the tokens emitted per step (correlation); over all its
+    greedy speculative cells, how many were slower than their γ=0 twin."""
+    spec = cells[(cells["gamma"] > 0) & (cells["temperature"] == 0)]
+    rows = []
+    for label, g in spec.groupby("sku_label", sort=False):
+        b1 = g[g["batch"] == 1]
+        if len(b1) < 3:      # a correlation needs a few cells
+            continue
+        r_alpha = float(np.corrcoef(b1["alpha"], b1["speedup"])[0, 1])
+        r_steps = float(np.corrcoef(b1["divisor_counters"], b1["speedup"])[0, 1])
+        rows.append({"SKU": label, "batch-1 cells": len(b1), "correlation with α": r_alpha,
+                     "with tokens per step": r_steps,
+                     "tokens per step tighter": abs(r_steps) > abs(r_alpha),
+                     "speculative cells": len(g), "slower than γ=0": int((g["speedup"] < 1).sum())})
+    return pd.DataFrame(rows)
+
+
+def grouped_workloads(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with the Spec-Bench categories as one workload, so a figure coloured by
+    workload keeps few series (the categories are told apart in the chapter's tables)."""
+    bench = cells["workload"].str.startswith("specbench:")
+    return cells.assign(workload=cells["workload"].where(~bench, "Spec-Bench (every category)"))

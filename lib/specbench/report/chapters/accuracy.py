@@ -1,5 +1,7 @@
-"""The accuracy chapter's numbers: the headline model and its rivals over every SKU, then eq. 1
-on the quoted grid."""
+"""The accuracy chapter's numbers: the headline model and its rivals over every SKU, the host
+as the unit of evidence (transfer tiers, sealed verdicts per host session, one SKU on two
+hosts), then eq. 1 on the quoted grid. Sentences over many SKUs or hosts are counts ("on k of n
+SKUs"); the tables beside them name which (issue 38)."""
 from __future__ import annotations
 
 import re
@@ -7,8 +9,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from specbench.report import curves, evaluation, sealed, transfer, wording
+from specbench.report import curves, evaluation, transfer, wording
 from specbench.report.analysis import accuracy_table, sweep_cells
+from specbench.report.chapters.hosts import (  # the host-unit half, shown in this chapter
+    count_across, host_numbers, judged_sweeps, sealed_numbers, sealed_table, session_labels,
+    tier_table, twin_hosts, twin_summary)
 from specbench.report.chapters.base import (
     Numbers,
     direction_phrase,
@@ -47,78 +52,19 @@ from specbench.theory.predict import (
     host_ratio_sensitivity,
 )
 
-__all__ = ["numbers", "headline"]
+__all__ = ["count_across", "headline", "host_numbers", "judged_sweeps", "numbers", "sealed_numbers",
+           "sealed_table", "session_labels", "tier_table", "twin_hosts", "twin_summary"]
 
 
 
 def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None,
-            loso: pd.DataFrame | None = None) -> Numbers:
+            loso: pd.DataFrame | None = None, every: pd.DataFrame | None = None) -> Numbers:
     """The accuracy chapter: the headline model against its rivals over every SKU (``hm_*``,
-    :func:`headline`), then eq. 1 on the quoted grid."""
+    :func:`headline`), the host as the unit (``hu_*``, :func:`host_numbers`; ``every`` is
+    :func:`sweep_cells` with ``every_session``), then eq. 1 on the quoted grid."""
     cells = sweep_cells(root) if cells is None else cells
-    return _quoted_grid(root).merge(headline(cells, loso)).merge(sealed_numbers(root, cells))
-
-
-def sealed_numbers(root, cells: pd.DataFrame) -> Numbers:
-    """Predicted before measured: every SKU whose sweep was judged against a sealed
-    prediction (``hm_sealed_*``)."""
-    n = Numbers()
-    judged = sealed.judged(root, cells)
-    if judged.empty:
-        n.add(hm_sealed_cells=0, hm_sealed_sentence=(
-            "No SKU in the store was measured against a sealed prediction yet (`make "
-            "measure-sealed`)"))
-        return n
-    m, _, _ = bootstrap_mape(judged["model_err_pct"])
-    r, _, _ = bootstrap_mape(judged["ratio_err_pct"])
-    skus = ", ".join(sorted(judged["sku"].unique()))
-    # One verdict per SKU: pooling two sealed SKUs would hide which one carries the error.
-    verdicts = [_sealed_verdict(sku, group) for sku, group in judged.groupby("sku", sort=True)]
-    n.add(runs=list(dict.fromkeys(judged["prediction_run"])), hm_sealed_cells=int(len(judged)),
-          hm_sealed_skus=skus, hm_sealed_model=m, hm_sealed_ratio=r,
-          hm_sealed_sentence=". ".join(verdicts))
-    return n
-
-
-def _sealed_verdict(sku: str, judged: pd.DataFrame) -> str:
-    """One SKU's sealed judgement: both errors, the goal, and the direction of the miss."""
-    m, mlo, mhi = bootstrap_mape(judged["model_err_pct"])
-    r, rlo, rhi = bootstrap_mape(judged["ratio_err_pct"])
-    better = "the model" if m < r else "ratio transfer"
-    bias = float(judged["model_err_pct"].mean())
-    slower = float((judged["model_err_pct"] < 0).mean() * 100)
-    verdict = (
-        f"On {sku}, predicted before its sweep started ({len(judged)} cells), the model "
-        f"errs by {m:.1f} percent ({mlo:.1f}–{mhi:.1f}) and ratio transfer by {r:.1f} "
-        f"percent ({rlo:.1f}–{rhi:.1f}): {better} predicted it better, and the goal of "
-        f"{GOAL_TRANSFER_PCT:g} percent is {'met' if m <= GOAL_TRANSFER_PCT else 'missed'}. "
-        f"The model's mean signed error there is {bias:+.1f} percent and {slower:.0f} percent "
-        "of its cells ran slower than predicted")
-    drift = judged["t_base_drift_pct"].dropna()
-    if len(drift) and abs(float(drift.median())) > sealed.MAX_T_BASE_DRIFT_PCT:
-        # The SKU's own γ=0 arm moved between calibration and sweep: the sealed t_base did
-        # not hold, so the direction of the miss says nothing about the host cost by itself.
-        scaled = sealed.drift_scaled(judged)
-        sm, _, _ = bootstrap_mape(scaled["model_scaled_err_pct"])
-        sr, _, _ = bootstrap_mape(scaled["ratio_scaled_err_pct"])
-        sbias = float(scaled["model_scaled_err_pct"].mean())
-        return verdict + (
-            f"; but its γ=0 arm, measured again inside the sweep, ran "
-            f"{abs(drift.median()):.0f} percent {'slower' if drift.median() > 0 else 'faster'} "
-            f"(median; {drift.min():+.0f} to {drift.max():+.0f} percent) than in the "
-            "calibration the prediction used, so the calibration's t_base did not hold"
-            + (" and most of the miss is not the model's" if sm < m / 2 else
-               ", yet most of the miss remains once the drift is removed") +
-            ". With both predictions scaled by that drift "
-            f"(a diagnostic made after measurement, not sealed) the model errs by {sm:.1f} "
-            f"percent and ratio transfer by {sr:.1f}, the model's mean signed error "
-            f"{sbias:+.1f} percent")
-    return verdict + (
-        ": its speculative steps cost more than t_base, d and the host ratio carried "
-        "over from the other SKUs add up to — a host cost that did not transfer"
-        if bias < -GOAL_TRANSFER_PCT else
-        ": it ran faster than predicted" if bias > GOAL_TRANSFER_PCT else
-        ", without a systematic direction")
+    return (_quoted_grid(root).merge(headline(cells, loso)).merge(sealed_numbers(root, cells))
+            .merge(host_numbers(root, every)))
 
 
 def _quoted_grid(root) -> Numbers:
@@ -136,7 +82,8 @@ def _quoted_grid(root) -> Numbers:
           under_share_repeat=pct((rep["err_eq1_pct"] < 0).mean()),
           exact_mape=float(model.mape(spec["pred_exact_ms"], spec["pot_ms"])),
           mape_eq1_all=float(spec["err_eq1_pct"].abs().mean()),
-          open_over_skus=open_over_skus(accuracy_table(cells)))
+          open_over_skus=open_over_skus(accuracy_table(cells)),
+          **open_over_counts(accuracy_table(cells)))
     # The exact divisor: where the gap to αγ+1 comes from. Whether a proposer ever drafts
     # fewer than γ tokens is the engine's behaviour, not a law: computed, not guarded.
     short = spec["gamma"] * spec["drafts"] - spec["draft_tokens"]
@@ -186,14 +133,9 @@ def _quoted_grid(root) -> Numbers:
           b4_roofline_direction=direction_phrase(r4),
           b1_d_word=wording.size_word(float(curves.roofline_d(spec[spec["batch"] == 1]).max())))
     worse, both = roofline_worse_than_zero(cells), roofline_both_directions(cells)
-    n.add(b4_roofline_worse_where=wording.across(worse),
-          b4_roofline_worse_sentence=(
-              f"{wording.across(worse)[0].upper()}{wording.across(worse)[1:]}, the frozen "
-              "roofline predicts the batch-4 verify cost worse than ignoring it (d = 0)"
-              if any(worse.values()) else
-              "On every SKU the frozen roofline predicts the batch-4 verify cost better than "
-              "ignoring it (d = 0)"),
-          b4_both_directions_where=wording.across(both) if any(both.values()) else "on no SKU")
+    n.add(b4_roofline_worse_where=count_across(worse),
+          b4_roofline_worse_count=int(sum(worse.values())),
+          b4_both_directions_where=count_across(both))
     # The ablation: eq. 1 with d = 0.
     abl = curves.mape_by(curves.error_ablation(first), by=["batch"]).set_index("batch")
     for b, row in abl.iterrows():
@@ -244,13 +186,28 @@ def open_over_skus(table: pd.DataFrame) -> str:
             f"{len(losers)} of them, against the paper's claim: " + "; ".join(named))
 
 
+def open_over_counts(table: pd.DataFrame) -> dict:
+    """On how many SKUs eq. 1 errs less than the acceptance-blind model on 'open', at batch 1
+    and with batch 4 included (``open_b1_wins``, ``open_all_wins`` of ``open_skus``); Table 1
+    (:func:`analysis.accuracy_table`) names them."""
+    opn = table.xs("open", level="workload")
+    pooled, b1 = opn.xs("all", level="batch"), opn.xs("1", level="batch")
+    eq1, blind = "eq. 1 MAPE %", "acceptance-blind MAPE %"
+    return {"open_skus": int(len(pooled)), "open_b1_skus": int(len(b1)),
+            "open_b1_wins": int((b1[eq1] < b1[blind]).sum()),
+            "open_all_wins": int((pooled[eq1] < pooled[blind]).sum())}
+
+
 def _pair_sentence(root, cal_run=None, held_run=None) -> str:
     """What separates the two SKUs of the held-out test, from their manifests."""
     ids = [cal_run, held_run]
     if not (cal_run and held_run):
         return "Only one SKU is stored"
     a, b = (sweep_run(root, i).manifest for i in ids)
-    cpu = lambda m: (m["hardware"].get("gpus") or [{}])[0].get("name") or m["hardware"].get("cpu_model")  # noqa: E731
+
+    def cpu(m):
+        return (m["hardware"].get("gpus") or [{}])[0].get("name") or m["hardware"].get("cpu_model")
+
     if cpu(a) == cpu(b) and a["hardware"].get("threads") == b["hardware"].get("threads"):
         return (f"The two SKUs compared are the same hardware ({cpu(a)}, "
                 f"{a['hardware'].get('threads')} thread(s)) in two dtypes, "
@@ -274,9 +231,9 @@ def _transfer(cells: pd.DataFrame) -> dict:
     gap = (t["alpha_transferred"] - t["alpha_own"]).abs().max()
     eq1 = float(t["model_err_pct"].abs().mean())
     ratio = float(t["ratio_err_pct"].abs().mean())
-    label = dict(zip(cells["sku"], cells["sku_label"]))
+    label = dict(zip(cells["sku"], cells["sku_label"], strict=True))
     same = gap < 0.01
-    run_of = dict(zip(cells["sku"], cells["run_id"]))
+    run_of = dict(zip(cells["sku"], cells["run_id"], strict=True))
     return {"have_transfer": True, "cal_sku": label[skus[0]], "held_sku": label[skus[1]],
             "cal_run": run_of[skus[0]], "held_run": run_of[skus[1]],
             "transfer_alpha_gap": float(gap), "transfer_eq1_mape": eq1,
@@ -369,12 +326,12 @@ def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
     sampled = sampled_evidence(cells)
     if len(sampled):
         mape, lo, hi = bootstrap_mape(sampled[f"err_{HEADLINE}_pct"])
+        temperatures = ", ".join(f"{x:g}" for x in sorted(sampled["temperature"].unique()))
         add(runs=list(dict.fromkeys(sampled["run_id"])), sampled_cells=int(len(sampled)),
             sampled_mape=mape, sampled_mape_lo=lo, sampled_mape_hi=hi,
-            sampled_temperatures=", ".join(f"{x:g}" for x in sorted(sampled["temperature"].unique())),
+            sampled_temperatures=temperatures,
             sampled_goal_met="met" if mape <= GOAL_MAPE_PCT else "missed",
-            sampled_sentence=(f"On the {len(sampled)} sampled cells (T = "
-                              f"{', '.join(f'{x:g}' for x in sorted(sampled['temperature'].unique()))},"
+            sampled_sentence=(f"On the {len(sampled)} sampled cells (T = {temperatures},"
                               f" the patched engine) the headline model errs by {mape:.1f} percent "
                               f"({lo:.1f}–{hi:.1f}): the goal of {GOAL_MAPE_PCT:g} percent is "
                               f"{'met' if mape <= GOAL_MAPE_PCT else 'missed'}"))
@@ -472,3 +429,6 @@ def _per_held_out(loso: pd.DataFrame, cost: pd.DataFrame) -> dict:
                 f"beats ratio transfer on {len(wins)} of them"
                 + (f" and loses on {len(losses)} ({named})" if len(losses) else
                    ", every one"))}
+
+
+# ---- Short computed words: counts over the evidence, never a list of names (issue 38) ----

@@ -18,11 +18,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from specbench.measure import hostfloor
+from specbench.derive.decompose import decompose
 from specbench.report import analysis, curves, wording
+from specbench.store.cache import memoised
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["Numbers", "glue_all", "greedy_cells", "greedy", "QUOTED_GRID", "first_sku", "run_ids", "sweep_run", "latest_floor", "floor_split", "pct", "spread", "against_base", "count_phrase", "penalty", "step_counts", "regime_table", "regime_sentence", "error_word", "range_phrase", "direction_phrase", "batch1_verify_cost"]
+__all__ = ["Numbers", "glue_all", "greedy_cells", "greedy", "QUOTED_GRID", "first_sku", "run_ids",
+           "sweep_run", "latest_floor", "floor_split", "pct", "spread", "against_base",
+           "count_phrase", "penalty", "step_counts", "regime_table", "regime_sentence",
+           "regime_summary", "count_of", "error_word", "range_phrase", "direction_phrase",
+           "batch1_verify_cost"]
 
 
 @dataclass
@@ -66,10 +71,11 @@ def glue_all(numbers: Numbers) -> Numbers:
 
 # -- shared pieces -------------------------------------------------------------------------
 
-def greedy_cells(root) -> pd.DataFrame:
+def greedy_cells(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Greedy cells: temperature cells stay out while the engine fails the lossless test
-    (the acceptance chapter reports them)."""
-    return greedy(analysis.sweep_cells(root))
+    (the acceptance chapter reports them). Of ``cells`` where the caller has them (the
+    chapter's own :func:`analysis.sweep_cells`, greedy or not), else of the store's."""
+    return greedy(analysis.sweep_cells(root) if cells is None else cells)
 
 
 def greedy(cells: pd.DataFrame) -> pd.DataFrame:
@@ -86,7 +92,7 @@ def first_sku(cells: pd.DataFrame) -> pd.DataFrame:
         cells = cells[cells["temperature"].fillna(0) == 0]
     for sku in dict.fromkeys(cells["sku"]):
         c = cells[(cells["sku"] == sku) & (cells["gamma"] > 0)]
-        if QUOTED_GRID <= set(zip(c["workload"], c["batch"])):
+        if QUOTED_GRID <= set(zip(c["workload"], c["batch"], strict=True)):
             return cells[cells["sku"] == sku]
     return cells[cells["sku"] == cells["sku"].iloc[0]]
 
@@ -106,7 +112,7 @@ def latest_floor(root, sku: str) -> Run | None:
 
 def floor_split(run: Run):
     """(per-step rows small then large, family shares, layers by model label)."""
-    per_step, families = hostfloor.decompose(run.table("steps.csv"), run.table("families.csv"))
+    per_step, families = decompose(run.table("steps.csv"), run.table("families.csv"))
     layers = {m["label"]: m["shape"]["layers"] for m in run.manifest.get("models", [])}
     small_first = per_step.assign(size=per_step["wall_ms"]).sort_values("size")
     return small_first.drop(columns="size").reset_index(drop=True), families, layers
@@ -150,6 +156,7 @@ def step_counts(root, cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+@memoised
 def regime_table(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per SKU: the measured compute and host-exposed shares of a decode step of the
     sweep's model (latest host-floor run) and the regime they put the SKU in."""
@@ -179,6 +186,38 @@ def regime_sentence(table: pd.DataFrame) -> str:
                          f"{r['host-exposed share %']:.0f} % host-exposed — {r['regime']}")
     text = "; ".join(parts)
     return text[0].upper() + text[1:]
+
+
+def regime_summary(table: pd.DataFrame) -> str:
+    """What the host-floor runs found, over every SKU, in one sentence that does not grow with
+    the store: the SKUs with a run counted (one named when it is the only one), the shares as
+    a range, and how many SKUs have none."""
+    measured = table[table["host-floor run"] != "—"]
+    missing = len(table) - len(measured)
+    if measured.empty:
+        return f"none of the {len(table)} SKUs has a host-floor run, so no regime is measured"
+    regimes = sorted(set(measured["regime"]))
+    compute = range_phrase(measured["compute share %"].min(), measured["compute share %"].max())
+    host = range_phrase(measured["host-exposed share %"].min(),
+                        measured["host-exposed share %"].max())
+    where = (f"on the one SKU with a host-floor run ({measured['SKU'].iloc[0]}),"
+             if len(measured) == 1 else f"on the {len(measured)} SKUs with a host-floor run,")
+    verdict = (regimes[0] if len(regimes) == 1 else
+               f"{(measured['regime'] == 'host-dominated').sum()} of them host-dominated")
+    rest = (f"; {missing} SKUs have none"
+            if missing > 1 else "; the other SKU has none" if missing == 1 else "")
+    return (f"{where} a decode step is {compute} % compute and {host} % host-exposed — "
+            f"{verdict}{rest}")
+
+
+def count_of(holds: dict[str, bool]) -> str:
+    """'4 of 8 SKUs' ('every one of the 8 SKUs', 'none of the 8 SKUs'): where a claim holds,
+    by count; the per-SKU detail is a table's."""
+    k, total = sum(holds.values()), len(holds)
+    if total == 1:
+        return "the one SKU" if k else "not the one SKU"
+    return (f"every one of the {total} SKUs" if k == total else
+            f"none of the {total} SKUs" if k == 0 else f"{k} of {total} SKUs")
 
 
 def error_word(a: float, b: float) -> str:
@@ -232,7 +271,8 @@ def batch4_against(cells: pd.DataFrame) -> dict[str, bool]:
     """Per SKU: does batch 4 go against the thesis — eq. 1 no better than the acceptance-blind
     model, or beaten by eq. 1 with the verify cost ignored (d = 0)?"""
     m = batch_ablation(cells, 4)
-    return {s: bool(r["eq1_abs_pct"] >= r["blind_abs_pct"] or r["eq1_d0_abs_pct"] < r["eq1_abs_pct"])
+    return {s: bool(r["eq1_abs_pct"] >= r["blind_abs_pct"]
+                    or r["eq1_d0_abs_pct"] < r["eq1_abs_pct"])
             for s, r in m.iterrows()}
 
 
@@ -256,4 +296,5 @@ def eq1_fits_batch1(cells: pd.DataFrame) -> dict[str, bool]:
     """Per SKU: is eq. 1 within :data:`EQ1_FIT_PCT` of every greedy speculative batch-1 cell?"""
     abl = curves.error_ablation(cells)
     b1 = abl[abl["batch"] == 1]
-    return {s: bool(g["eq1_abs_pct"].max() <= EQ1_FIT_PCT) for s, g in b1.groupby("sku_label", sort=False)}
+    return {s: bool(g["eq1_abs_pct"].max() <= EQ1_FIT_PCT)
+            for s, g in b1.groupby("sku_label", sort=False)}

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from specbench.measure import hostfloor
-from specbench.measure.hostfloor import decompose  # noqa: F401  (the chapter's table)
+from specbench.derive.decompose import (OUTSIDE_OPERATORS,
+                                        decompose)  # noqa: F401  (the chapter's table)
 from specbench.report import wording
 from specbench.report.chapters.base import (
     Numbers,
     floor_split,
     greedy_cells,
     pct,
+    regime_summary,
+    regime_table,
     run_ids,
 )
 from specbench.report.wording import claim
@@ -20,17 +23,31 @@ __all__ = ["numbers"]
 
 
 
-def numbers(root=DEFAULT_ROOT) -> Numbers:
-    cells = greedy_cells(root)
+def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
+    cells = greedy_cells(root, cells)
     floors = load_runs(root, kind="hostfloor")
     n = Numbers()
+    # What the runs found over every SKU, in one sentence that does not grow with the store,
+    # and whether any of them could test the paper's claim, which is about GPUs.
+    table = regime_table(root, cells)
+    n.tables["regimes"] = table[table["host-floor run"] != "—"].drop(columns="host-floor run")
+    gpu = [r for r in floors if r.manifest["hardware"].get("gpus")]
+    summary = regime_summary(table)
+    n.add([r for r in table["host-floor run"] if r != "—"],
+          regime_summary=summary[0].upper() + summary[1:], floor_skus=len(n.tables["regimes"]),
+          gpu_floor=(f"the store holds {len(gpu)} GPU host-floor "
+                     f"run{'s' if len(gpu) != 1 else ''} to test it" if gpu else
+                     "the store holds no GPU host-floor run yet, so these runs do not test it"))
     if not floors:
         n.add(have_floor="no host-floor run yet")
         return n
     run = floors[-1]
     per_step, families, layers = floor_split(run)
     small, large = per_step.iloc[0], per_step.iloc[1]
+    labels = cells[cells["sku"] == run.sku]["sku_label"]
     n.add([run.run_id], have_floor="a stored host-floor run", floor_sku=run.sku,
+          floor_run=run.run_id,
+          floor_label=labels.iloc[0] if len(labels) else run.sku,
           tokens_n=int(run.manifest["grid"]["tokens"][-1]),
           small_label=small["model"], large_label=large["model"])
     for name, row in (("small", small), ("large", large)):
@@ -49,12 +66,15 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     n.add(compute_ratio=float(large["compute_ms"] / small["compute_ms"]), host_ratio=host_ratio,
           host_invariance=("model-size invariant" if abs(host_ratio - 1) * 100
                            < wording.MODEL_SIZE_INVARIANT_PCT else "not model-size invariant"),
+          host_vs_paper=("as the paper found on GPUs" if abs(host_ratio - 1) * 100
+                         < wording.MODEL_SIZE_INVARIANT_PCT else
+                         "where the paper found it invariant on GPUs"),
           layers_sentence=_layers_sentence(int(layers.get(small["model"], 0)),
                                            int(layers.get(large["model"], 0))))
     fam = families.set_index(["model", "family"])["ms"]
     for name, row in (("small", small), ("large", large)):
         n.add(**{f"{name}_other_ops_ms": float(fam.get((row["model"], "host/other"), np.nan)),
-                 f"{name}_outside_ms": float(fam.get((row["model"], hostfloor.OUTSIDE_OPERATORS),
+                 f"{name}_outside_ms": float(fam.get((row["model"], OUTSIDE_OPERATORS),
                                                      np.nan))})
     base = cells[(cells["sku"] == run.sku) & (cells["gamma"] == 0) & (cells["batch"] == 1)
                  & (cells["workload"] == "repeat")]
@@ -73,5 +93,4 @@ def _layers_sentence(small_layers: int, large_layers: int) -> str:
                 f"against {small_layers}), so dispatch paid per layer cannot be what grows")
     return (f"The larger shape also has more layers ({large_layers} against {small_layers}), "
             "so per-layer dispatch may contribute to the growth")
-
 

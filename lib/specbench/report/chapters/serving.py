@@ -4,12 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specbench.derive.noise import MAX_FOREIGN_CORES
 from specbench.report.chapters.base import Numbers
 from specbench.report.serving import sweep_comparison
 from specbench.report.serving_economics import serving_tables
+from specbench.report.wording import claim
 from specbench.store.runs import Run
+from specbench.theory.slo import GPU_SLO
 
 __all__ = ["numbers"]
+
+#: Tokens per second a reader reads, roughly (200–300 words a minute, ~1.3 tokens a word).
+READING_TOKENS_PER_S = (3.0, 10.0)
 
 
 def _join(words: list[str]) -> str:
@@ -22,7 +28,9 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
     levels, speed, cross = serving_tables(run)
     closed = levels[levels["mode"] == "concurrency"]
     spec = levels[levels["gamma"] > 0]
-    n = {"run_id": run.run_id, "sku": run.sku, "num_prompts": m["load"]["num_prompts"],
+    labelled = sweep_cells is not None and len(sweep_cells) and "sku_label" in sweep_cells
+    n = {"run_id": run.run_id, "sku": sweep_cells["sku_label"].iloc[0] if labelled else run.sku,
+         "num_prompts": m["load"]["num_prompts"],
          "output_len": m["load"]["output_len"], "slo_ttft_ms": m["slo"]["ttft_ms"],
          "slo_tpot_ms": m["slo"]["tpot_ms"],
          "concurrencies": ", ".join(str(c) for c in m["grid"]["concurrencies"]),
@@ -37,7 +45,6 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
          "demand": m["economics"]["demand_tokens_per_s"]}
     n["max_num_seqs"] = int(m["engine"]["settings"]["max_num_seqs"])
     n["slo_tokens_per_s"] = 1000.0 / n["slo_tpot_ms"]
-    from specbench.measure.serving import GPU_SLO
     n["gpu_ttft_ms"], n["gpu_tpot_ms"] = GPU_SLO.ttft_ms, GPU_SLO.tpot_ms
     one = closed[(closed["workload"] == "repeat") & (closed["gamma"] == 0)
                  & (closed["concurrency"] == 1)] if "repeat" in set(closed["workload"]) else \
@@ -48,44 +55,44 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
     n["tpot_c1"] = float(first["tpot_ms"].median())
     n["ttft_c1"] = float(first["ttft_ms"].median())
     n["prompt_c1"] = float(first["prompt_len"].mean())
+    # Guards for the SLO paragraph's words.
+    claim(READING_TOKENS_PER_S[0] <= n["slo_tokens_per_s"] <= READING_TOKENS_PER_S[1],
+          "The TPOT limit is about reading speed", f"{n['slo_tokens_per_s']:.1f} tokens/s")
+    claim(2 <= n["slo_ttft_ms"] / n["ttft_c1"] <= 10,
+          "The TTFT limit leaves room for a few such prefills queued ahead of a request",
+          f"{n['slo_ttft_ms']:.0f} ms over {n['ttft_c1']:.0f} ms")
+    claim(n["max_concurrency"] == n["max_num_seqs"],
+          "The largest concurrency measured is also the most sequences the server runs at once",
+          f"{n['max_concurrency']} against max_num_seqs {n['max_num_seqs']}")
     # The client's acceptance against this project's reader, same window.
     both = spec.dropna(subset=["client_acceptance_rate", "alpha"])
     n["acceptance_levels"] = len(both)
     n["acceptance_max_diff"] = float((both["client_acceptance_rate"] - both["alpha"]).abs().max()) \
         if len(both) else float("nan")
-    n["acceptance_counts_equal"] = int(((both["client_draft_tokens"] == both["draft_tokens"])
-                                        & (both["client_accepted_tokens"] == both["accepted_tokens"])
-                                        ).sum())
-    # SLO: share of levels meeting it at p95, and where it first fails.
-    n["slo_met_levels"] = int(levels["slo_met_p95"].sum())
-    failing = closed[~closed["slo_met_p95"].astype(bool)]
-    n["slo_sentence"] = (
-        f"every closed-loop level met the SLO at p95, up to concurrency {n['max_concurrency']}"
-        if failing.empty else
-        "the SLO was first missed at p95 at concurrency "
-        f"{int(failing['concurrency'].min())} ({_join(sorted(set(failing['workload'])))})")
-    # Crossover sentences, one per workload, from the γ with the largest speculative arm.
-    parts = []
-    for workload, group in cross.groupby("workload"):
-        verdicts = [f"γ={int(r.gamma)}: {_verdict_text(r)}" for r in group.itertuples()]
-        parts.append(f"'{workload}' — {'; '.join(verdicts)}")
-    n["crossover_sentence"] = ". ".join(parts)
-    n["n_crossover"] = int(np.isfinite(cross["crossover"]).sum())
-    n["n_no_crossover"] = int((cross["crossover"] == np.inf).sum())
-    n["n_below_from_start"] = int((cross["crossover"] == -np.inf).sum())
+    n["acceptance_counts_equal"] = int(
+        ((both["client_draft_tokens"] == both["draft_tokens"])
+         & (both["client_accepted_tokens"] == both["accepted_tokens"])).sum())
+    n.update(_slo_numbers(closed))
+    n.update(_load_numbers(speed, cross))
     # Batch the server ran and CPU per role.
-    n["running_over_concurrency_min"] = float((closed["mean_running"] / closed["concurrency"]).min())
-    n["running_over_concurrency_max"] = float((closed["mean_running"] / closed["concurrency"]).max())
+    running_over_concurrency = closed["mean_running"] / closed["concurrency"]
+    n["running_over_concurrency_min"] = float(running_over_concurrency.min())
+    n["running_over_concurrency_max"] = float(running_over_concurrency.max())
     n["worker_cores_mean"] = float(levels["cpu_worker_cores"].mean())
-    frontend = levels["cpu_client_cores"] + levels["cpu_api_server_cores"] + levels["cpu_engine_core_cores"]
+    frontend = (levels["cpu_client_cores"] + levels["cpu_api_server_cores"]
+                + levels["cpu_engine_core_cores"])
     n["frontend_cores_max"] = float(frontend.max())
     n["frontend_cores_mean"] = float(frontend.mean())
     n["engine_core_cores_mean"] = float(levels["cpu_engine_core_cores"].mean())
+    # The worker's OpenMP threads hold their cores; the rest is what the front end can use.
+    n["cpu_count"] = int(m["hardware"]["cpu_count"])
+    n["worker_threads"] = int(m["hardware"].get("threads", 1))
+    free = n["free_cores"] = n["cpu_count"] - n["worker_threads"]
     n["frontend_sentence"] = (
-        "needed more than the one free core, so it took time from the model's core"
-        if frontend.max() > 1.0 else
-        "all but filled the one core the worker leaves free" if frontend.max() > 0.9 else
-        "fitted within the one core the worker leaves free")
+        "needed more than the cores the worker leaves free, so it took time from the model's"
+        if frontend.max() > free else
+        "all but filled the cores the worker leaves free" if frontend.max() > 0.9 * free else
+        "fitted within the cores the worker leaves free")
     by_c = frontend[levels["mode"] == "concurrency"].groupby(
         levels.loc[levels["mode"] == "concurrency", "concurrency"]).mean()
     n["frontend_trend"] = (f"went from {by_c.iloc[0]:.2f} to {by_c.iloc[-1]:.2f} cores"
@@ -94,33 +101,57 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
                               else " (it falls with load)"))
     n["client_cores_max"] = float(levels["cpu_client_cores"].max())
     n["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
-    from specbench.store.load import (
-        MAX_FOREIGN_CORES,  # the sweep's threshold for a loaded cell
-    )
-    n["foreign_threshold"] = MAX_FOREIGN_CORES
+    n["foreign_threshold"] = MAX_FOREIGN_CORES  # the sweep's threshold for a loaded cell
     n["loaded_levels"] = int((levels["cpu_foreign_cores"] > MAX_FOREIGN_CORES).sum())
     cmp = sweep_comparison(levels, speed, sweep_cells)
     n["sweep_compared"] = len(cmp)
     n["sweep_max_batch"] = int(sweep_cells["batch"].max()) if sweep_cells is not None and len(
         sweep_cells) else 0
     n["sweep_gap_median_pct"] = float("nan")
-    n["sweep_gap_sentence"] = "not comparable (no sweep of this SKU)"
+    n["sweep_below_n"] = 0
     if len(cmp):
         gap = (cmp["serving_speedup"] / cmp["sweep_speedup_at_batch"] - 1) * 100
         n["sweep_gap_median_pct"] = float(gap.abs().median())
-        n["sweep_gap_sentence"] = ("mostly below" if (gap < 0).mean() > 0.5 else
-                                   "mostly above") + " the offline sweep's at the same batch"
+        n["sweep_below_n"] = int((gap < 0).sum())
     return Numbers(values=n, runs=[run.run_id])
 
 
-def _verdict_text(row) -> str:
-    if row.crossover == np.inf:
-        return (f"no crossover up to {int(row.max_concurrency)}"
-                + (f" (in {100 * row.share_with_crossover:.0f} % of resamples it falls below 1 "
-                   "within range)" if row.share_with_crossover >= 0.025 else ""))
-    if row.crossover == -np.inf:
-        return f"below 1 already at concurrency {int(row.min_concurrency)}"
-    lo = "below the lowest level" if row.crossover_lo == -np.inf else f"{row.crossover_lo:.1f}"
-    hi = f"beyond {int(row.max_concurrency)}" if row.crossover_hi == np.inf else \
-        f"{row.crossover_hi:.1f}"
-    return f"falls below 1 at concurrency {row.crossover:.1f} (95 % interval {lo}–{hi})"
+def _slo_numbers(closed: pd.DataFrame) -> dict:
+    """Where the closed-loop levels first miss the SLO at p95, on how many workloads, and
+    whether speculation changes that."""
+    failing = closed[~closed["slo_met_p95"].astype(bool)]
+    workloads = closed["workload"].nunique()
+    if failing.empty:
+        return {"slo_first_missed": "none", "slo_sentence":
+                f"every closed-loop level met the SLO at p95, up to concurrency "
+                f"{int(closed['concurrency'].max())}"}
+    first = int(failing["concurrency"].min())
+    at_first = closed[closed["concurrency"] == first]
+    missed = at_first[~at_first["slo_met_p95"].astype(bool)]
+    every_gamma = all(not g["slo_met_p95"].astype(bool).any()
+                      for _, g in at_first[at_first["workload"].isin(missed["workload"])]
+                      .groupby("workload"))
+    return {"slo_first_missed": first, "slo_sentence":
+            f"the SLO was first missed at p95 at concurrency {first}, on "
+            f"{missed['workload'].nunique()} of {workloads} workloads"
+            + (", with and without speculation" if every_gamma else "")}
+
+
+def _load_numbers(speed: pd.DataFrame, cross: pd.DataFrame) -> dict:
+    """How speculation's speedup moves from the lightest to the heaviest closed-loop load,
+    per workload × γ, and the pair whose speedup falls furthest."""
+    lo, hi = speed["concurrency"].min(), speed["concurrency"].max()
+    ends = speed.pivot_table(index=["workload", "gamma"], columns="concurrency",
+                             values="speedup")[[lo, hi]]
+    fall = ends[lo] - ends[hi]
+    (workload, gamma) = fall.idxmax()
+    return {"n_pairs": len(cross), "load_lo": int(lo), "load_hi": int(hi),
+            "n_crossover": int(np.isfinite(cross["crossover"]).sum()),
+            "n_no_crossover": int((cross["crossover"] == np.inf).sum()),
+            "n_below_from_start": int((cross["crossover"] == -np.inf).sum()),
+            "n_falls": int((fall > 0).sum()),
+            "speedup_lo_median": float(ends[lo].median()),
+            "speedup_hi_median": float(ends[hi].median()),
+            "drop_workload": workload, "drop_gamma": int(gamma),
+            "drop_from": float(ends.loc[(workload, gamma), lo]),
+            "drop_to": float(ends.loc[(workload, gamma), hi])}

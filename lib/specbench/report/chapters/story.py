@@ -10,6 +10,7 @@ from specbench.report.chapters.base import (
     against_base,
     batch1_verify_cost,
     batch4_against,
+    count_of,
     count_phrase,
     direction_phrase,
     error_word,
@@ -18,6 +19,7 @@ from specbench.report.chapters.base import (
     pct,
     penalty,
     regime_sentence,
+    regime_summary,
     regime_table,
     run_ids,
     spread,
@@ -26,7 +28,7 @@ from specbench.report.chapters.base import (
 from specbench.report.chapters.summary import summary
 from specbench.store.runs import DEFAULT_ROOT
 
-__all__ = ["thesis", "numbers"]
+__all__ = ["count_of", "numbers", "regime_summary", "thesis"]
 
 
 
@@ -40,8 +42,8 @@ def thesis(cells: pd.DataFrame, table: pd.DataFrame) -> str:
     rejected_saves = (open_words == "faster").any()
     regimes = set(table["regime"])
     if accepted_saves and not rejected_saves:
-        saving = ("the time per token falls only where drafts are accepted, so the saving is "
-                  "set by the engine's acceptance counters")
+        saving = ("the time per token falls only where drafts are accepted, so the engine's "
+                  "acceptance counters set the saving")
     else:
         saving = ("the time per token does not follow acceptance alone here "
                   f"('repeat': {count_phrase(repeat_words)} faster; "
@@ -51,14 +53,13 @@ def thesis(cells: pd.DataFrame, table: pd.DataFrame) -> str:
     elif "host-dominated" in regimes:
         cost = "the step is host-dominated on some SKUs and compute-dominated on others"
     else:
-        cost = ("but the step whose cost speculation spreads is mostly compute here, so these "
-                "runs show a per-step cost being amortized without telling host amortization "
-                "from the amortization of weight streaming")
-    return f"{saving[0].upper() + saving[1:]}; {cost}."
+        cost = ("but the step here is mostly compute, so these runs cannot tell host "
+                "amortization from the amortization of weight streaming")
+    return f"{saving[0].upper() + saving[1:]}. {cost[0].upper() + cost[1:]}."
 
 
-def numbers(root=DEFAULT_ROOT) -> Numbers:
-    cells = greedy_cells(root)
+def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
+    cells = greedy_cells(root, cells)
     first = first_sku(cells)
     spec = first[first["gamma"] > 0]
     run = sweep_run(root, first["run_id"].iloc[0])
@@ -67,7 +68,9 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     n.add(run_ids(cells) + [r for r in table["host-floor run"] if r != "—"],
           sku=first["sku_label"].iloc[0], gamma_max=int(spec["gamma"].max()),
           open_penalty=penalty(run, "open"), repeat_penalty=penalty(run, "repeat"),
-          regime_sentence=regime_sentence(table), thesis=thesis(cells, table))
+          regime_sentence=regime_sentence(table), regime_summary=regime_summary(table),
+          floor_skus=int((table["host-floor run"] != "—").sum()), n_skus=len(table),
+          thesis=thesis(cells, table))
     rep, opn = spec[spec["workload"] == "repeat"], spec[spec["workload"] == "open"]
     n.add(repeat_alpha_min=float(rep["alpha"].min()), open_alpha_max=float(opn["alpha"].max()))
     b1, b4 = spec[spec["batch"] == 1], spec[spec["batch"] == 4]
@@ -99,9 +102,10 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     measured = batch1_verify_cost(cells)
     if len(measured):
         top = measured["d_max"].idxmax()
-        n.add(b1_d_skus=int(len(measured)), b1_d_large_bound_pct=pct(wording.LARGE_COST),
-              b1_d_below_large=wording.across(
-                  {s: bool(r["d_max"] < wording.LARGE_COST) for s, r in measured.iterrows()}),
+        below = {s: bool(r["d_max"] < wording.LARGE_COST) for s, r in measured.iterrows()}
+        n.add(b1_d_below_large_count=count_of(below),
+              b1_d_skus=len(measured), b1_d_large_bound_pct=pct(wording.LARGE_COST),
+              b1_d_below_large=wording.across(below),
               b1_d_measured_max_pct=pct(measured.loc[top, "d_max"]),
               b1_d_measured_max_word=wording.size_word(float(measured.loc[top, "d_max"])),
               b1_d_measured_max_sku=top,
@@ -118,14 +122,18 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     against = batch4_against(cells)
     heading = (f"Against the thesis: batch 4, {wording.across(against)}." if any(against.values())
                else f"For the thesis: batch 4, {wording.across(dict.fromkeys(against, True))}.")
-    n.add(b4_heading=heading)
-    floor = host_floor.numbers(root)
+    n.add(b4_heading=heading, b4_against_count=count_of(against))
+    floor = host_floor.numbers(root, cells)
     if "host_ratio" in floor.values:
         n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
               floor_models=f"from {floor['small_label']} to {floor['large_label']}")
         n.add(floor_heading=("For the thesis: the host floor." if floor["host_invariance"]
                              == "model-size invariant" else "Against the thesis: the host floor."))
+        n.add(host_size_verdict=("as the paper found on GPUs" if floor["host_invariance"]
+                                 == "model-size invariant"
+                                 else "where the paper found it invariant on GPUs"))
     else:
+        n.add(host_size_verdict="which no host-floor run here measures")
         n.add(host_ratio=float("nan"), host_invariance="not measured",
               floor_models="between model sizes", floor_heading="The host floor.")
     return n.merge(summary(root, cells))

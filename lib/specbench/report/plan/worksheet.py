@@ -14,7 +14,8 @@ from specbench.theory import economics
 from specbench.theory._validate import check
 from specbench.theory.roofline import ModelShape
 
-__all__ = ["break_even_table", "priced", "priced_decisions", "kv_bytes_per_token", "hypothetical_draft_kv"]
+__all__ = ["break_even_table", "priced", "priced_decisions", "kv_bytes_per_token",
+           "hypothetical_draft_kv"]
 
 
 
@@ -40,7 +41,7 @@ def break_even_table(root=DEFAULT_ROOT, headline_cells: pd.DataFrame | None = No
     """
     if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
         from specbench.report.analysis import sweep_cells
-        headline_cells = sweep_cells(root)
+        headline_cells = sweep_cells(root, every_session=True)
     rows = []
     for run in latest_sweeps(root):
         cells = ok_cells(run)

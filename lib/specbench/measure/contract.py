@@ -3,7 +3,8 @@
 The economics document asks that every run name its model and tokenizer hashes, the engine
 and its version, the hardware (GPU model, driver and CUDA; or CPU model and threads), the
 dtype, the engine settings and the code revision, so that two runs can be compared arm for
-arm. :func:`contract` gathers those fields; each kind of run adds its own grid and tables.
+arm. :func:`contract` gathers those fields from the engine and the hardware — so it is
+measurement's, not the store's; each kind of run adds its own grid and tables.
 """
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from specbench.engine.hardware import (cpu_threads, hardware_info, host_fingerprint,
+                                       model_shape, roofline_sku, sku_id)
 from specbench.engine.vllm_engine import EngineSettings, engine_version
-# Hardware identity and ceilings live in .hardware; re-exported here for older callers.
-from specbench.engine.hardware import (DTYPE_BYTES, cpu_threads, hardware_info, model_shape,  # noqa: F401
-                       roofline_sku, sku_id)
-from specbench.theory.roofline import roofline_status
 from specbench.store.runs import code_revision, sha256_file
+from specbench.theory.roofline import roofline_status
 
-__all__ = ["contract", "model_identity", "model_shape", "roofline_sku", "cpu_threads"]
+__all__ = ["contract", "model_identity"]
 
 
 def model_identity(model: str) -> dict:
@@ -70,6 +70,8 @@ def contract(kind: str, model: str, dtype: str, engine: str = "vllm", **settings
         "model": model_identity(model),
         "engine": engine_block,
         "hardware": {**hardware, "threads": threads},
+        # The host and its boot: a calibration holds for one host session, not a CPU kind.
+        "host": host_fingerprint(),
         "dtype": dtype,
         "model_shape": shape,
         "roofline_sku": ceilings,

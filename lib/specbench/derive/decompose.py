@@ -4,7 +4,8 @@ The same decode is profiled twice, generating 1 and N tokens. Everything paid on
 engine warmup, scheduling of the request, prefill, load — appears in both and cancels in the
 difference; what remains is N−1 decode steps. Dividing by N−1 gives the per-step wall time and
 the per-step compute time; the host-exposed time is their difference. The profiles come from
-:mod:`specbench.measure.profiler` (CPU) or :mod:`specbench.measure.nsys` (GPU); this module only does arithmetic.
+:mod:`specbench.measure.profiler` (CPU) or :mod:`specbench.measure.nsys` (GPU), or from a
+stored host-floor run; this module only does arithmetic.
 """
 from __future__ import annotations
 
@@ -51,9 +52,11 @@ def decompose(steps, families) -> tuple:
     for (model, rep), g in steps.groupby(["model", "rep"]):
         short, long = g.loc[g["tokens"].idxmin()], g.loc[g["tokens"].idxmax()]
         fam = families[(families["model"] == model) & (families["rep"] == rep)]
-        by = {n: dict(zip(f["family"], f["self_ms"])) for n, f in fam.groupby("tokens")}
-        d = difference(StepProfile(int(short["tokens"]), short["wall_ms"], by.get(short["tokens"], {})),
-                       StepProfile(int(long["tokens"]), long["wall_ms"], by.get(long["tokens"], {})))
+        by = {n: dict(zip(f["family"], f["self_ms"], strict=True))
+              for n, f in fam.groupby("tokens")}
+        d = difference(
+            StepProfile(int(short["tokens"]), short["wall_ms"], by.get(short["tokens"], {})),
+            StepProfile(int(long["tokens"]), long["wall_ms"], by.get(long["tokens"], {})))
         unprofiled = (long["unprofiled_wall_ms"] - short["unprofiled_wall_ms"]) / d["steps"]
         rows.append({"model": model, "rep": rep, "wall_ms": d["wall_ms"],
                      "compute_ms": d["compute_ms"], "host_ms": d["host_ms"],

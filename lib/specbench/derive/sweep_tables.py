@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.engine.counters import SpecCounters
-from specbench.store.load import MAX_FOREIGN_CORES
+from specbench.derive.noise import MAX_FOREIGN_CORES
 from specbench.store.runs import TABLE_COLUMNS
+from specbench.theory.counters import SpecCounters
 
 __all__ = ["summarize", "KEY", "cell_records", "request_rows", "decode_steps", "tables"]
 
@@ -251,13 +251,16 @@ def _equal(record: dict, temperature: float):
     if temperature:
         return pd.NA, pd.NA
     calls = [c for c in record["calls"] if c["rep"] == 0]
+    # Outputs exist only where the run stored them; elsewhere None stands in for each.
     base = {i: (h, o) for c in calls if c["arm"] == "base"
-            for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999)}
+            for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999,
+                               strict=False)}
     first, equal = None, True
     for c in calls:
         if c["arm"] != "spec":
             continue
-        for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999):
+        for i, h, o in zip(c["ids"], c["output_sha256"], c.get("outputs") or [None] * 9999,
+                           strict=False):
             if h == base[i][0]:
                 continue
             equal = False
@@ -296,10 +299,12 @@ def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.Dat
                      "pot_ms": float(per_request.mean()), "pot_ms_min": float(rep_means.min()),
                      "pot_ms_max": float(rep_means.max()),
                      "ttft_ms": float(group["ttft_ms"].median()),
-                     "prompt_tokens": int(round(group.groupby("request")["prompt_tokens"].first().mean())),
+                     "prompt_tokens": int(round(
+                         group.groupby("request")["prompt_tokens"].first().mean())),
                      "drafts": 0, "draft_tokens": 0, "accepted_tokens": 0,
                      "accepted_per_pos": "", "alpha": 0.0, "mean_acceptance_length": 1.0,
-                     "decode_steps": int((group[group["rep"] == 0].drop_duplicates("request")["output_tokens"] - 1).sum()),
+                     "decode_steps": int((group[group["rep"] == 0].drop_duplicates("request")
+                                          ["output_tokens"] - 1).sum()),
                      "steps_exact": True, "emitted_per_step": 1.0, "drafting_share": 0.0,
                      "counters_in_line": True, "foreign_cores": float(group["foreign_cores"].max()),
                      "loaded": bool(group["foreign_cores"].max() > MAX_FOREIGN_CORES),
@@ -308,7 +313,7 @@ def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.Dat
                      "loadavg_1m": np.nan})
     cells = pd.concat([cells, pd.DataFrame(rows)], ignore_index=True) if rows else cells
     # Unpaired cells: speedup against the γ=0 cell of the same workload, batch, temperature.
-    for (w, b, t), group in cells.groupby(["workload", "batch", "temperature"]):
+    for _, group in cells.groupby(["workload", "batch", "temperature"]):
         zero = group[(group["gamma"] == 0) & (group["status"] == "ok")]
         if zero.empty:
             continue
@@ -320,11 +325,12 @@ def _add_baseline_rows(cells: pd.DataFrame, requests: pd.DataFrame, reps: pd.Dat
 
 
 def _compare(reference: list[list[int]], other: list[list[int]]) -> tuple[bool, int | None]:
-    """Token-for-token equality of two batches; the first differing position if any."""
+    """Token-for-token equality of two batches; the first differing position if any (where one
+    output is a prefix of the other, the shorter one's length)."""
     first = None
-    for ref, out in zip(reference, other):
-        for pos, (a, b) in enumerate(zip(ref, out)):
-            if a != b:
-                first = pos if first is None else min(first, pos)
-                break
+    for ref, out in zip(reference, other, strict=True):
+        pos = next((i for i, (a, b) in enumerate(zip(ref, out, strict=False)) if a != b),
+                   None if len(ref) == len(out) else min(len(ref), len(out)))
+        if pos is not None:
+            first = pos if first is None else min(first, pos)
     return first is None, first

@@ -1,0 +1,219 @@
+"""``specbench plan --calibration RUN --workload-file FILE.jsonl``: the operator's answer for
+their own prompts on this host — γ or speculation off per batch size, and the flags to paste.
+
+Every user error (a malformed prompt file, a calibration that is not this host's `make book`
+sweep, a γ the calibration cannot carry) is one line naming the file or value, exit 2, before
+the engine starts. The plan writes nothing: it prints (``--json`` for a machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from specbench.cli.predict import open_calibration
+from specbench.report.plan import own_prompts as plan
+from specbench.store.runs import Run, load_runs, open_run
+
+__all__ = ["run"]
+
+
+def _fail(p: argparse.ArgumentParser, message: str):
+    p.exit(2, f"{p.prog}: error: {message}\n")
+
+
+def _check_calibration(path: Path) -> Run:
+    """A finished `make book` sweep of this host's current boot."""
+    from specbench.engine.hardware import host_fingerprint
+    run = open_calibration(path)
+    where = path / "manifest.json"
+    if run.manifest["grid"]["gammas"] == [0]:
+        raise ValueError(f"{where}: field grid/gammas is [0]: a γ=0 calibration has no step "
+                         "cost; give this host's `make book` sweep (repeat, open, edit at γ "
+                         "0/2/6)")
+    mine, theirs = host_fingerprint(), run.manifest.get("host") or {}
+    if not theirs.get("host_id") or theirs.get("host_id") != mine.get("host_id"):
+        raise ValueError(f"{where}: field host/host_id is {theirs.get('host_id')!r}, this "
+                         f"host's is {mine.get('host_id')!r}: a step cost holds for the machine "
+                         "and boot that measured it; run `make book` here first")
+    model = Path(run.manifest["model"]["path"])
+    if not (model / "config.json").is_file():
+        raise ValueError(f"{where}: field model/path is {str(model)!r}, which holds no "
+                         "checkpoint here")
+    return run
+
+
+def _microbench(path: Path | None, calibration: Run) -> Run | None:
+    """The microbenchmark named (same SKU), else the latest of the calibration's SKU and boot
+    in the calibration's store; None where there is none (c then interpolates as a whole)."""
+    if path is not None:
+        run = open_run(path)
+        if run.sku != calibration.sku:
+            raise ValueError(f"{path / 'manifest.json'}: field sku is {run.sku!r}, the "
+                             f"calibration's is {calibration.sku!r}")
+        return run
+    boot = (calibration.manifest.get("host") or {}).get("boot_id")
+    found = [r for r in load_runs(calibration.path.parent.parent, kind="microbench")
+             if r.sku == calibration.sku and (r.manifest.get("host") or {}).get("boot_id") == boot]
+    return found[-1] if found else None
+
+
+def _inputs(args):
+    """Everything the plan reads, checked before the engine starts (ValueError: one line)."""
+    from specbench.measure.workloads.operator_file import FileSource
+    from specbench.report.analysis import run_cells
+    calibration = _check_calibration(Path(args.calibration))
+    source = FileSource(args.workload_file)
+    micro = _microbench(Path(args.microbench) if args.microbench else None, calibration)
+    cells = run_cells(calibration)
+    verify = micro.table("verify.csv") if micro is not None else None
+    if plan.measured_costs(cells, verify).empty:
+        raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell with "
+                         "speculation to measure this host's step cost from")
+    requests = source.candidates()[:args.prompts] if args.prompts else source.candidates()
+    return calibration, source, micro, cells, verify, requests
+
+
+def run(args, p: argparse.ArgumentParser) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    # The answer is this command's stdout (JSON with --json): vLLM's in-process log lines, which
+    # it writes to stdout by default, go to stderr with the progress bar.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+    from specbench.measure.acceptance_pass import acceptance_pass, engine_settings
+    try:
+        calibration, source, micro, cells, verify, requests = _inputs(args)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(p, str(exc))
+    gamma = max(args.gammas)
+    settings = engine_settings(calibration.manifest, calibration.manifest["model"]["path"],
+                               gamma)
+    try:
+        settings.validate()
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(p, f"argument --gammas: {exc}")
+    started = time.perf_counter()
+    with tqdm(total=len(requests), desc=f"acceptance pass γ={gamma}", unit="prompt",
+              file=sys.stderr, disable=args.json) as bar:
+        result = acceptance_pass(settings, requests, args.max_tokens, source.sampling(), bar,
+                                 probe_dynamic=args.dynamic_probe)
+    if result.rows.empty:
+        _fail(p, f"{args.workload_file}: no prompt fits the context of "
+                 f"{settings.max_model_len} tokens with its output")
+    table = plan.predict_plan(result.rows, cells, verify, sorted(args.gammas), args.batches)
+    recs = plan.recommend(table)
+    answer = _answer(calibration, micro, settings, table, recs, result,
+                     time.perf_counter() - started)
+    print(json.dumps(answer, default=_jsonable) if args.json else _text(answer, table, recs))
+    return 0
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
+    from specbench.engine.vllm_engine import engine_version, speculative_config_has
+    static = plan.static_gamma(table)
+    schedule = plan.batch_schedule(recs, settings.max_num_seqs)
+    model, dtype = calibration.manifest["model"]["path"], settings.dtype
+    recorded = calibration.manifest["engine"]["settings"]
+    has_schedule = speculative_config_has("num_speculative_tokens_per_batch_size")
+    probe = result.dynamic
+    return {
+        "calibration": {"sweep": calibration.run_id, "sku": calibration.sku,
+                        "microbench": micro.run_id if micro is not None else None},
+        "pass": {"gamma": settings.gamma, "prompts": len(result.rows),
+                 "skipped": result.skipped, "engine_start_s": round(result.startup_s, 1),
+                 "pass_s": round(result.wall_s, 1), "command_s": round(wall_s, 1)},
+        "predictions": table.to_dict(orient="records"),
+        "recommendation": recs.to_dict(orient="records"),
+        "static_gamma": static,
+        "serve_static": plan.serve_command(model, dtype, static, recorded,
+                                           max_num_seqs=settings.max_num_seqs),
+        "batch_schedule": schedule,
+        "serve_dynamic": (plan.serve_command(model, dtype, max(g for *_, g in schedule),
+                                             recorded, schedule, settings.max_num_seqs)
+                          if schedule and has_schedule else None),
+        "engine": {**engine_version(), "has_batch_schedule": has_schedule,
+                   "schedule_probe": None if probe is None else {
+                       "schedule": [list(e) for e in probe.schedule], "batch": probe.batch,
+                       "tokens_per_draft_batch_1": probe.per_draft_batch1,
+                       "tokens_per_draft_batched": probe.per_draft_batched,
+                       "error": probe.error, "honoured": probe.honoured}},
+    }
+
+
+def _interval(point, low, high) -> str:
+    r = plan.rounded
+    return f"{r(point)} [{r(low)}, {r(high)}]"
+
+
+def _text(answer: dict, table, recs) -> str:
+    p, e = answer["pass"], answer["engine"]
+    r = plan.rounded
+    lines = [f"plan for {p['prompts']} prompts on {answer['calibration']['sku']}, calibration "
+             f"{answer['calibration']['sweep']} (step cost), microbenchmark "
+             f"{answer['calibration']['microbench'] or 'none (c linear in γ)'}",
+             f"acceptance: one untimed pass at γ={p['gamma']} ({p['pass_s']:.0f} s, engine start "
+             f"{p['engine_start_s']:.0f} s; {len(p['skipped'])} prompts too long skipped); "
+             f"smaller γ from its per-position counters; command {p['command_s']:.0f} s",
+             "", "predicted speedup over no speculation [90 % interval: prompts resampled, "
+             "step cost over the calibration's cells]"]
+    gammas = sorted(table["gamma"].unique())
+    lines.append("batch " + "".join(f"{'γ=' + str(g):>20}" for g in gammas) + "   step cost")
+    for b, mine in table.groupby("batch"):
+        mine = mine.set_index("gamma")
+        cells = "".join(
+            f"{_interval(mine.loc[g, 'speedup'], mine.loc[g, 'low'], mine.loc[g, 'high']):>20}"
+            for g in gammas)
+        lines.append(f"{b:>5} {cells}   {mine['batch_basis'].iloc[0]}")
+    for g, mine in table.groupby("gamma"):
+        if mine["gamma_basis"].iloc[0] != "measured":
+            lines.append(f"  step cost at γ={g}: {mine['gamma_basis'].iloc[0]} (the "
+                         "calibration measured γ=" + ", ".join(
+                             str(x) for x in sorted(table.loc[table['gamma_basis'] == 'measured',
+                                                              'gamma'].unique())) + ")")
+    lines += ["", "recommendation per batch size:"]
+    for rec in recs.itertuples():
+        sure = "" if rec.certain else " (the interval crosses 1)"
+        lines.append(f"  batch {rec.batch}: " + (
+            f"γ={rec.gamma}, {r(rec.speedup)}× [{r(rec.low)}, {r(rec.high)}]{sure}"
+            if rec.gamma else f"speculation off (best γ={rec.best_gamma}: "
+                              f"{r(rec.best_speedup)}× [{r(rec.best_low)}, {r(rec.best_high)}])"
+                              f"{sure}"))
+    lines += ["", "paste (one γ for every load, the best geometric mean over the batches):",
+              "  " + (answer["serve_static"]
+                      or "speculation off: vllm serve without --speculative-config")]
+    probe = e["schedule_probe"]
+    if not e["has_batch_schedule"]:
+        lines.append(f"dynamic speculation: this build ({e['name']} {e['version']}) has no "
+                     "SpeculativeConfig.num_speculative_tokens_per_batch_size")
+    elif answer["batch_schedule"] is None:
+        lines.append("dynamic speculation: off at every batch size, no schedule")
+    else:
+        lines += ["paste (γ per batch size, vLLM's dynamic speculation; each planned batch's γ "
+                  "up to the next):", f"  {answer['serve_dynamic']}"]
+        if probe is None:
+            lines.append(f"  whether {e['name']} {e['version']} honours it for n-gram here: not "
+                         "measured (--no-dynamic-probe)")
+        elif probe["error"]:
+            lines.append(f"  {e['name']} {e['version']} refused a schedule at engine start: "
+                         f"{probe['error']}")
+        else:
+            verdict = {True: "honoured", False: "NOT honoured", None: "not decided"}[
+                probe["honoured"]]
+            lines.append(f"  {verdict} by {e['name']} {e['version']} for n-gram here, measured: "
+                         f"under the schedule {probe['schedule']} the counters read "
+                         f"{r(probe['tokens_per_draft_batch_1'])} tokens per draft at batch 1, "
+                         f"{r(probe['tokens_per_draft_batched'])} at batch {probe['batch']} "
+                         "(its requests finish apart: the last steps run at batch 1)")
+    return "\n".join(lines)
