@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def _guarded() -> list[tuple[str, tuple[str, ...]]]:
 
 
 GUARDED = _guarded()
-_reads: list[tuple[str, tuple[str, ...]]] = []   # (path, markers allowing it) in this phase
+_reads: list[tuple[str, tuple[str, ...], str]] = []   # (path, allowing markers, reader)
 _watching = [False]
 _fixture_reads: dict = {}   # fixture definition -> its setup's first guarded read
 
@@ -43,8 +45,16 @@ def _audit(event: str, args: tuple) -> None:
     path = os.path.abspath(os.fsdecode(args[0]))
     for folder, markers in GUARDED:
         if path == folder or path.startswith(folder + os.sep):
-            _reads.append((path, markers))
+            _reads.append((path, markers, _reader()))
             return
+
+
+def _reader() -> str:
+    """Who read: the thread and the innermost frames outside this file, so a failure names the
+    line to fix (a fixture's read, a library's, a background thread's)."""
+    frames = [f for f in traceback.extract_stack() if f.filename != __file__][-6:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"thread {threading.current_thread().name}: {where}"
 
 
 sys.addaudithook(_audit)
@@ -80,13 +90,13 @@ def _stop(item: pytest.Item, saved: dict) -> None:
     used = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
     reads = _reads + [_fixture_reads[d] for d in used if d in _fixture_reads]
     _reads.clear()
-    missing = [(path, markers) for path, markers in reads
+    missing = [(path, markers, reader) for path, markers, reader in reads
                if not _marks(item).intersection(markers)]
     if missing:
-        path, markers = missing[0]
+        path, markers, reader = missing[0]
         pytest.fail(f"{item.nodeid} reads {path} (itself or through a fixture) without the "
                     f"marker {' or '.join(markers)}: mark it, so `make test-fast` deselects "
-                    "it", pytrace=False)
+                    f"it (read by {reader})", pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
