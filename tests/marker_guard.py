@@ -42,11 +42,26 @@ def _audit(event: str, args: tuple) -> None:
     if not _watching[0] or event not in EVENTS or not args \
             or not isinstance(args[0], (str, bytes, os.PathLike)):
         return
-    path = os.path.abspath(os.fsdecode(args[0]))
+    name = os.fsdecode(args[0])
+    path = os.path.abspath(name)
     for folder, markers in GUARDED:
         if path == folder or path.startswith(folder + os.sep):
+            if not os.path.isabs(name) and _deleting():
+                return
             _reads.append((path, markers, _reader()))
             return
+
+
+def _deleting() -> bool:
+    """A relative name opened while a tree is deleted: shutil.rmtree opens each folder by its
+    name relative to its parent's descriptor (dir_fd), so a folder called "runs" anywhere — as
+    pytest clears a --basetemp left by an earlier session — looks like <cwd>/runs. Not a read."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name.startswith("_rmtree") and "shutil" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _reader() -> str:
