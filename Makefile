@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host overhead serving book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
+.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host overhead serving plan-under-load book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -98,6 +98,10 @@ overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' 
 
 serving: setup  ## a real vLLM server under load from vLLM's benchmark client (a 'serving' run)
 	$(PY) -m specbench.cli.notebooks serving
+# The operator's question for their own prompts, answered and then checked where it is used: a
+# held-out Spec-Bench category stands in for the prompts (scripts/plan_under_load.sh).
+plan-under-load: setup  ## after make book: plan held-out prompts, then serve them (plan, γ 2/4/6, off) under load
+	scripts/plan_under_load.sh
 
 book: measure book-from-runs  ## measure here, then render the book with every run present
 

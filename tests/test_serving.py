@@ -238,9 +238,19 @@ def _alive(pids):
 
 @pytest.fixture(scope="module")
 def spec_server(tmp_path_factory, engine_dtype):
-    """One speculating server (γ=2) shared by the engine tests of this module."""
-    with Server(EngineSettings(model=_model(), gamma=2, dtype=engine_dtype),
-                log_dir=tmp_path_factory.mktemp("server")) as server:
+    """One speculating server (γ=2) shared by the engine tests of this module, started from
+    the flags `specbench plan` prints: its static γ and the batch-size schedule of vLLM's
+    dynamic speculation (γ=2 at every batch size, so the tests below read a γ=2 server)."""
+    from specbench.report.plan.own_prompts import serve_command
+    printed = serve_command(_model(), engine_dtype, 2, {"prompt_lookup_min": 2,
+                                                         "prompt_lookup_max": 4},
+                            schedule=[[1, 1, 2], [2, 8, 2]], max_num_seqs=8)
+    arm = serving.arm_from_serve_command(printed)
+    assert arm.gamma == 2 and arm.schedule == ((1, 1, 2), (2, 8, 2))
+    settings = EngineSettings(model=_model(), gamma=arm.gamma, dtype=engine_dtype,
+                              batch_schedule=arm.schedule)
+    with Server(settings, log_dir=tmp_path_factory.mktemp("server")) as server:
+        assert "num_speculative_tokens_per_batch_size" in " ".join(server.command())
         yield server
     assert not _alive(server.pids), "server processes outlived the fixture"
 

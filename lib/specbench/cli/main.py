@@ -162,7 +162,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gammas", type=_ints, default=(0, 2, 4), help="γ per server, must "
                    "include 0 (0,2,4)")
     p.add_argument("--workloads", default="repeat,open,summarization,translation,"
-                   "math_reasoning", help="'repeat', 'open' and/or Spec-Bench categories")
+                   "math_reasoning", help="'repeat', 'open', Spec-Bench categories and/or "
+                   "file:PROMPTS.jsonl (vLLM's custom-dataset format, as plan --workload-file)")
     p.add_argument("--concurrencies", type=_ints, default=(1, 2, 4, 8),
                    help="closed-loop levels, requests in flight (1,2,4,8)")
     p.add_argument("--request-rates", type=_rates, default=(1.0,),
@@ -180,6 +181,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", type=cliargs.dtype, default=None, help=FAST_DTYPE_HELP)
     p.add_argument("--root", default=STORE)
     p.add_argument("--notes", default="")
+    p.add_argument("--plan", metavar="PLAN.json",
+                   help="the JSON of `specbench plan --calibration RUN --workload-file FILE "
+                        "--json`: its configuration is measured as one more server (arm "
+                        "'plan') beside the fixed γ, under the same load")
 
 
 def serving_config_from_args(args):
@@ -190,9 +195,11 @@ def serving_config_from_args(args):
         num_prompts=args.num_prompts, output_len=args.output_len,
         slo=SLO(args.slo_ttft_ms, args.slo_tpot_ms, default_slo().why),
         dataset_path=args.dataset)
+    from specbench.measure.serving import load_plan
     return ServingConfig(model=args.model, gammas=args.gammas, load=load, dtype=args.dtype,
                          root=args.root, price_per_replica_hour=args.price_per_replica_hour,
-                         demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes)
+                         demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes,
+                         plan=load_plan(args.plan) if args.plan else None)
 
 
 def _measure(parser, cfg, measure) -> None:
@@ -262,6 +269,21 @@ def main(argv=None) -> int:
                            description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
                            "with vLLM's benchmark client at each level, write a 'serving' run.")
     _serve_args(serve)
+    export = sub.add_parser(
+        "spec-bench-prompts", help="write Spec-Bench prompts as an operator's prompt file "
+        "(the stand-in for your own prompts in plan --workload-file and serve-bench)",
+        description="Write COUNT prompts of a Spec-Bench category (first turn; after the first "
+        "SKIP of the order a short sweep measures) to OUT in vLLM's custom-dataset JSONL, with "
+        "each question id beside its prompt. Keep OUT outside the project: the prompts are "
+        "Spec-Bench's, and runs record only the file's hash and the ids.")
+    export.add_argument("category", help="a Spec-Bench category (multi-turn, translation, "
+                        "summarization, qa, math_reasoning, rag)")
+    export.add_argument("--count", type=cliargs.positive_int, default=40, help="prompts (40)")
+    export.add_argument("--skip", type=int, default=10, help="prompts skipped first, so the set "
+                        "is not one a sweep measured (10)")
+    export.add_argument("--spec-bench", default=None, help="question.jsonl (default: "
+                        "$SPECBENCH_SPEC_BENCH, else ../shared/data/spec_bench/question.jsonl)")
+    export.add_argument("--out", required=True, help="the JSONL to write")
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", type=cliargs.existing_dir, default=STORE)
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
@@ -300,12 +322,20 @@ def main(argv=None) -> int:
         return cluster_main(args, clu)
     elif args.command == "serve-bench":
         from specbench.measure.serving import LoadError, run_serving
-        cfg = serving_config_from_args(args)
         try:
+            cfg = serving_config_from_args(args)
             cfg.validate()
         except (LoadError, ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
         print(run_serving(cfg).path)
+    elif args.command == "spec-bench-prompts":
+        from specbench.measure.workloads.spec_bench import write_prompt_file
+        try:
+            ids = write_prompt_file(args.category, args.count, args.out, args.skip,
+                                    args.spec_bench)
+        except (ValueError, FileNotFoundError, OSError) as exc:
+            export.error(str(exc))
+        print(f"{args.out}: {len(ids)} {args.category} prompts, question ids {ids}")
     elif args.command == "runs":
         return _list_runs(args.root)
     return 0

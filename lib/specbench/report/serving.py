@@ -15,9 +15,11 @@ __all__ = ["latest_run", "itl_goodput_table", "sweep_comparison", "tpot_table"]
 
 
 def latest_run(root=None) -> Run:
-    """The most recent complete serving run in the store."""
+    """The most recent complete serving run in the store that checks no plan (a plan's check,
+    ``serve-bench --plan``, is the planning chapter's)."""
     from specbench.store.runs import DEFAULT_ROOT, load_runs
-    runs = load_runs(root or DEFAULT_ROOT, kind="serving")
+    runs = [r for r in load_runs(root or DEFAULT_ROOT, kind="serving")
+            if not r.manifest.get("plan")]
     if not runs:
         raise FileNotFoundError(f"no complete serving run under {root or DEFAULT_ROOT}/ — run "
                                 "`make serving`")

@@ -126,9 +126,15 @@ def serving_tables(run) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     computed from the stored measurements (``levels.csv``, ``requests.csv``) and the run's
     economics parameters (price per replica-hour and demand: parameters, not measurements)."""
     economics = run.manifest["economics"]
-    levels = run.table("levels.csv").drop(columns=["replicas", "cost_per_million_usd"],
-                                          errors="ignore")
+    levels = _fixed_arms(run.table("levels.csv")).drop(
+        columns=["replicas", "cost_per_million_usd"], errors="ignore")
     levels = add_costs(levels, economics["price_per_replica_hour_usd"],
                        economics["demand_tokens_per_s"])
-    requests = run.table("requests.csv")
+    requests = _fixed_arms(run.table("requests.csv"))
     return levels, speedups(requests), crossovers(requests)
+
+
+def _fixed_arms(table: pd.DataFrame) -> pd.DataFrame:
+    """The fixed-γ arms only: a plan's arm (``serve-bench --plan``) is judged apart
+    (:mod:`specbench.report.plan.under_load`), never mixed into the per-γ speedups."""
+    return table[table["arm"] != "plan"] if "arm" in table else table

@@ -16,6 +16,7 @@ from specbench.measure.serving.config import (
     PERCENTILES,
     SLO,
     LoadDefinition,
+    workload_file,
 )
 from specbench.theory.counters import SpecCounters
 from specbench.measure.serving.server import (
@@ -91,7 +92,11 @@ def client_argv(server: Server, workload: str, dataset: Path, load: LoadDefiniti
             "--metric-percentiles", ",".join(map(str, PERCENTILES)),
             *load.slo.goodput_args(), "--save-result", "--save-detailed",
             "--result-dir", str(result_dir), "--result-filename", "result.json"]
-    if workload in workloads.WORKLOADS:
+    if workload_file(workload) is not None:
+        # An operator's file: the client applies the chat template (one user message and the
+        # generation prompt), as the plan's acceptance pass did.
+        argv += ["--dataset-name", "custom", "--dataset-path", str(dataset)]
+    elif workload in workloads.WORKLOADS:
         argv += ["--dataset-name", "custom", "--dataset-path", str(dataset),
                  "--skip-chat-template"]
         penalty = workloads.sampling(workload).get("repetition_penalty", 1.0)

@@ -10,13 +10,18 @@ from pathlib import Path
 from specbench.engine.hardware import resolve_dtype
 from specbench.engine.vllm_engine import EngineSettings, on_gpu
 from specbench.measure.workloads import builtin as workloads
+from specbench.measure.workloads.operator_file import read_prompts
 from specbench.store.runs import REPO_ROOT
 from specbench.theory.slo import CPU_SLO, GPU_SLO, SLO
 
 __all__ = ["LOOPBACK", "DEFAULT_DATASET", "PERCENTILES", "METRICS", "SLO", "CPU_SLO", "GPU_SLO",
-           "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig"]
+           "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig",
+           "Arm", "plan_arm", "load_plan", "arm_from_serve_command", "FILE_PREFIX",
+           "workload_file"]
 
 LOOPBACK = "127.0.0.1"
+# A workload named "file:<path>" is an operator's prompt file (vLLM's custom-dataset JSONL).
+FILE_PREFIX = "file:"
 DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 PERCENTILES = (50, 95, 99)
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -94,7 +99,14 @@ class LoadDefinition:
             self.slo.validate()
         except ValueError as exc:
             raise LoadError(str(exc)) from exc
-        categories = [w for w in self.workloads if w not in workloads.WORKLOADS]
+        for w in self.workloads:
+            if (path := workload_file(w)) is not None:
+                try:
+                    read_prompts(path)
+                except (ValueError, FileNotFoundError) as exc:
+                    raise LoadError(str(exc)) from exc
+        categories = [w for w in self.workloads
+                      if w not in workloads.WORKLOADS and workload_file(w) is None]
         if not categories:
             return {}
         available = spec_bench_categories(self.dataset_path)
@@ -116,6 +128,79 @@ class LoadDefinition:
                 + [("rate", float(r)) for r in self.request_rates])
 
 
+def workload_file(workload: str) -> Path | None:
+    """The prompt file a ``file:<path>`` workload names; None for any other workload."""
+    return Path(workload[len(FILE_PREFIX):]) if workload.startswith(FILE_PREFIX) else None
+
+
+# -- the arms: fixed γ, and the operator's plan ----------------------------------------------
+
+@dataclass(frozen=True)
+class Arm:
+    """One server configuration under load: a fixed γ (0 is speculation off), or the plan's
+    configuration (a static γ, or vLLM's batch-size schedule of γ where the plan gave one and
+    this engine build honours it)."""
+    name: str
+    gamma: int
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+
+    @property
+    def planned(self) -> bool:
+        return self.name == "plan"
+
+
+def load_plan(path: str | Path) -> dict:
+    """The answer of ``specbench plan --calibration … --workload-file … --json``, checked: an
+    unreadable file or a missing field is one error naming the file and the field."""
+    path = Path(path)
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LoadError(f"{path}: not a plan (the JSON of `specbench plan --calibration RUN "
+                        f"--workload-file FILE --json`): {exc}") from exc
+    for field_name in ("calibration", "static_gamma", "batch_schedule", "recommendation",
+                       "engine"):
+        if not isinstance(plan, dict) or field_name not in plan:
+            raise LoadError(f"{path}: field {field_name!r} missing: not the JSON of "
+                            "`specbench plan --calibration RUN --workload-file FILE --json`")
+    plan_arm(plan, path)        # a schedule or γ that cannot be served fails here
+    return plan
+
+
+def plan_arm(plan: dict, path: str | Path = "the plan") -> Arm:
+    """The server the plan says to run: its batch-size schedule where it gave one and the
+    engine honoured it when probed, else its static γ (0: speculation off)."""
+    schedule = plan.get("batch_schedule")
+    probe = (plan.get("engine") or {}).get("schedule_probe") or {}
+    try:
+        if schedule and plan.get("serve_dynamic") and probe.get("honoured"):
+            entries = tuple(tuple(int(x) for x in entry) for entry in schedule)
+            if any(len(e) != 3 or e[0] < 1 or e[1] < e[0] or e[2] < 0 for e in entries):
+                raise ValueError(f"expected [first batch, last batch, γ] ranges, got {schedule}")
+            return Arm("plan", max(e[2] for e in entries), entries)
+        gamma = int(plan["static_gamma"])
+        if gamma < 0:
+            raise ValueError(f"a γ >= 0, got {gamma}")
+        return Arm("plan", gamma)
+    except (TypeError, ValueError) as exc:
+        raise LoadError(f"{path}: field 'batch_schedule'/'static_gamma' cannot be served: "
+                        f"{exc}") from exc
+
+
+def arm_from_serve_command(line: str) -> Arm:
+    """The speculative configuration of a ``vllm serve … --speculative-config '{…}'`` line as
+    `specbench plan` prints it (γ, and the batch-size schedule where there is one), so the
+    printed flags can be served as they are."""
+    import shlex
+    words = shlex.split(line)
+    if "--speculative-config" not in words:
+        return Arm("plan", 0)
+    config = json.loads(words[words.index("--speculative-config") + 1])
+    schedule = config.get("num_speculative_tokens_per_batch_size")
+    return Arm("plan", int(config["num_speculative_tokens"]),
+               tuple(tuple(int(x) for x in e) for e in schedule) if schedule else None)
+
+
 @dataclass
 class ServingConfig:
     model: str | None = None
@@ -127,6 +212,14 @@ class ServingConfig:
     demand_tokens_per_s: float = 1000.0    # peak output-token demand the fleet must serve
     ready_timeout_s: float = 300.0
     notes: str = ""
+    # The operator's plan (`specbench plan … --json`, read by load_plan): measured as one more
+    # arm beside the fixed γ, so its regret is read under the same load.
+    plan: dict | None = None
+
+    def arms(self) -> list[Arm]:
+        """Fixed γ in the order given, then the plan's configuration where there is a plan."""
+        fixed = [Arm("off" if g == 0 else f"γ={g}", int(g)) for g in self.gammas]
+        return fixed + ([plan_arm(self.plan)] if self.plan else [])
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
@@ -142,7 +235,9 @@ class ServingConfig:
             if not getattr(self, name) > 0:
                 raise LoadError(f"{name} must be > 0, got {getattr(self, name)!r}")
         ids = self.load.validate()
-        EngineSettings(model=self.resolved_model(), dtype=self.dtype).validate()
+        for arm in self.arms():     # a plan's schedule this engine build cannot take fails here
+            EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=arm.gamma,
+                           batch_schedule=arm.schedule).validate()
         return ids
 
     def resolved_model(self) -> str:

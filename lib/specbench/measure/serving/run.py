@@ -19,14 +19,55 @@ from specbench.measure.serving.client import (
 from specbench.measure.serving.config import (
     LOOPBACK,
     PERCENTILES,
+    Arm,
     LoadError,
     ServingConfig,
+    workload_file,
 )
 from specbench.measure.serving.server import Server, ServerError
 from specbench.measure.workloads import builtin as workloads
 from specbench.store.runs import REPO_ROOT, Run, create_run, sha256_file
 
 __all__ = ["run_serving"]
+
+
+# -- one arm: a server, every workload and level ----------------------------------------------
+
+def _measure_arm(cfg: ServingConfig, model: str, arm: Arm, datasets: dict, tmp: Path,
+                 rows: list, per_request: list, servers: list, progress) -> None:
+    load = cfg.load
+    settings = EngineSettings(model=model, gamma=arm.gamma, dtype=cfg.dtype,
+                              batch_schedule=arm.schedule)
+    with Server(settings, ready_timeout_s=cfg.ready_timeout_s, log_dir=tmp) as server:
+        servers.append({"arm": arm.name, "gamma": arm.gamma, "port": server.port,
+                        "startup_s": round(server.startup_s, 1),
+                        "command": server.command()[1:]})
+        progress(f"[serving] {arm.name} server healthy on {server.base_url} in "
+                 f"{server.startup_s:.0f} s")
+        for workload in load.workloads:
+            if load.warmup_prompts:
+                run_client(client_argv(server, workload, datasets[workload], load,
+                                       "concurrency", min(2, load.warmup_prompts),
+                                       load.warmup_prompts, tmp))
+            for mode, level in load.levels():
+                key = {"arm": arm.name, "workload": workload, "gamma": arm.gamma,
+                       "source": _source(workload), "measured_as": arm.name}
+                row, reqs = measure_level(server, workload, datasets[workload], load,
+                                          mode, level, tmp)
+                rows.append({**key, **row})
+                per_request.append(reqs.assign(**key, mode=mode, level=level,
+                                               request=range(len(reqs))))
+                progress(f"[serving] {arm.name} {workload} {mode} {level:g}: median TPOT "
+                         f"{row['p50_tpot_ms']:.1f} ms, goodput {row['goodput']:.2f} req/s, "
+                         f"mean batch {row['mean_running']:.2f}")
+    if server.leftover_pids():
+        raise ServerError(f"processes {server.leftover_pids()} outlived the server")
+
+
+def _source(workload: str) -> str:
+    if workload_file(workload) is not None:
+        return "file"
+    return "project" if workload in workloads.WORKLOADS else "spec_bench"
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -42,7 +83,12 @@ def _manifest(cfg: ServingConfig, model: str, ids: dict[str, list[int]]) -> dict
         **contract("serving", model, cfg.dtype),
         "grid": {"gammas": list(cfg.gammas), "workloads": list(load.workloads),
                  "concurrencies": list(load.concurrencies),
-                 "request_rates": list(load.request_rates)},
+                 "request_rates": list(load.request_rates),
+                 "arms": [{"name": a.name, "gamma": a.gamma,
+                           "schedule": [list(e) for e in a.schedule] if a.schedule else None}
+                          for a in cfg.arms()]},
+        # The operator's plan, as it was before the load: what the planning chapter judges.
+        "plan": cfg.plan,
         "server": {
             "command": [("<python>" if i == 0 else a) for i, a in enumerate(example.command())],
             "command_note": "one server per γ; --port is a free loopback port chosen at start; "
@@ -66,12 +112,25 @@ def _manifest(cfg: ServingConfig, model: str, ids: dict[str, list[int]]) -> dict
             "selection": "first num_prompts questions of each category in file order "
                          "(--disable-shuffle), first turn, the tokenizer's chat template",
             "project_workloads": workloads.describe() if set(load.workloads) & set(
-                workloads.WORKLOADS) else None},
+                workloads.WORKLOADS) else None,
+            "workload_files": {w: _file_record(workload_file(w)) for w in load.workloads
+                               if workload_file(w) is not None}},
         "economics": {"price_per_replica_hour_usd": cfg.price_per_replica_hour,
                       "demand_tokens_per_s": cfg.demand_tokens_per_s,
                       "note": "parameters, not measurements; whole replicas"},
         "notes": cfg.notes,
     }
+
+
+def _file_record(path: Path) -> dict:
+    """A prompt file's hash and size, and the Spec-Bench question ids its lines carry (a file
+    written by `specbench spec-bench-prompts`), never its prompts."""
+    from specbench.measure.workloads.operator_file import json_lines
+    rows = [row for _, row in json_lines(path)]
+    ids = [row["question_id"] for row in rows if "question_id" in row]
+    categories = sorted({row["category"] for row in rows if "category" in row})
+    return {"file": path.name, "sha256": sha256_file(path), "lines": len(rows),
+            "spec_bench_question_ids": ids or None, "spec_bench_categories": categories or None}
 
 
 def _check_question_ids(dataset: str, category: str, n: int, expected: list[int]) -> None:
@@ -104,36 +163,23 @@ def run_serving(cfg: ServingConfig, close: bool = True, progress=print) -> Run:
         tmp = Path(tmp)
         from transformers import AutoTokenizer
         tokenizer = AutoTokenizer.from_pretrained(model)
-        datasets = {w: (custom_dataset(w, load.num_prompts, tokenizer, tmp)
+        datasets = {w: (workload_file(w) if workload_file(w) is not None
+                        else custom_dataset(w, load.num_prompts, tokenizer, tmp)
                         if w in workloads.WORKLOADS else Path(load.dataset_path))
                     for w in load.workloads}
-        for gamma in cfg.gammas:
-            settings = EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype)
-            with Server(settings, ready_timeout_s=cfg.ready_timeout_s, log_dir=tmp) as server:
-                servers.append({"gamma": gamma, "port": server.port,
-                                "startup_s": round(server.startup_s, 1),
-                                "command": server.command()[1:]})
-                progress(f"[serving] γ={gamma} server healthy on {server.base_url} in "
-                         f"{server.startup_s:.0f} s")
-                for workload in load.workloads:
-                    if load.warmup_prompts:
-                        run_client(client_argv(server, workload, datasets[workload], load,
-                                               "concurrency", min(2, load.warmup_prompts),
-                                               load.warmup_prompts, tmp))
-                    for mode, level in load.levels():
-                        key = {"workload": workload, "gamma": gamma,
-                               "source": ("project" if workload in workloads.WORKLOADS
-                                          else "spec_bench")}
-                        row, reqs = measure_level(server, workload, datasets[workload], load,
-                                                  mode, level, tmp)
-                        rows.append({**key, **row})
-                        per_request.append(reqs.assign(**key, mode=mode, level=level,
-                                                       request=range(len(reqs))))
-                        progress(f"[serving] γ={gamma} {workload} {mode} {level:g}: p95 TPOT "
-                                 f"{row['p95_tpot_ms']:.1f} ms, goodput {row['goodput']:.2f} "
-                                 f"req/s, mean batch {row['mean_running']:.2f}")
-            if server.leftover_pids():
-                raise ServerError(f"processes {server.leftover_pids()} outlived the server")
+        measured: dict[tuple, str] = {}     # (γ, schedule) -> the arm that measured it
+        for arm in cfg.arms():
+            same = measured.get((arm.gamma, arm.schedule))
+            if same is not None:
+                # The plan chose a configuration measured already: its rows are that arm's.
+                rows += [{**r, "arm": arm.name, "measured_as": same}
+                         for r in rows if r["arm"] == same]
+                per_request += [r.assign(arm=arm.name, measured_as=same) for r in per_request
+                                if (r["arm"] == same).all()]
+                progress(f"[serving] {arm.name}: the configuration of {same}, measured already")
+                continue
+            measured[(arm.gamma, arm.schedule)] = arm.name
+            _measure_arm(cfg, model, arm, datasets, tmp, rows, per_request, servers, progress)
     # Measurements only: costs, speedups and the crossover are computed from these tables in
     # the report layer (specbench.report.serving_economics).
     run.write_table("levels.csv", pd.DataFrame(rows))

@@ -122,7 +122,10 @@ class Server:
                 "method": getattr(s, "speculative_method", "ngram"),
                 "num_speculative_tokens": s.gamma,
                 "prompt_lookup_min": s.prompt_lookup_min,
-                "prompt_lookup_max": s.prompt_lookup_max})]
+                "prompt_lookup_max": s.prompt_lookup_max,
+                # vLLM's dynamic speculation: γ per batch-size range (a plan's schedule)
+                **({"num_speculative_tokens_per_batch_size": [list(e) for e in s.batch_schedule]}
+                   if getattr(s, "batch_schedule", None) else {})})]
         return cmd
 
     def env(self) -> dict:

@@ -16,6 +16,7 @@ the output token ids either (outputs often copy the article back): only their ha
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from itertools import chain, zip_longest
 from pathlib import Path
@@ -24,7 +25,8 @@ from specbench.store.runs import REPO_ROOT, sha256_file
 from specbench.measure.workloads.operator_file import json_lines
 from specbench.measure.workloads.builtin import Request
 
-__all__ = ["CATEGORIES", "SpecBenchSource", "default_path", "read_questions"]
+__all__ = ["CATEGORIES", "SpecBenchSource", "default_path", "read_questions",
+           "write_prompt_file"]
 
 MULTI_TURN = "multi-turn"
 CATEGORIES = (MULTI_TURN, "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -104,3 +106,24 @@ class SpecBenchSource:
                 "selection": "ordered by sha256(question_id); multi-turn: sub-categories in "
                              "turn; first K that fit the context",
                 "turn": "first", "chat_template": "generation prompt added"}
+
+
+def write_prompt_file(category: str, count: int, out: str | Path, skip: int = 0,
+                      path: str | Path | None = None) -> list[int]:
+    """Write ``count`` prompts of a category, after the first ``skip`` of the sweep's order (the
+    ones a short sweep measures), as an operator's prompt file: vLLM's custom-dataset JSONL with
+    the question id and category beside each prompt. The file is the operator's, outside the
+    project (``_build/`` or a temporary folder); runs record its hash and the ids. Returns the
+    question ids written."""
+    source = SpecBenchSource(category, path)
+    rows = source._category_rows()[skip:skip + count]
+    if len(rows) < count:
+        raise ValueError(f"{source.path}: category {category!r} has {len(rows)} prompts after "
+                         f"the first {skip}, not {count}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"prompt": r["turns"][0], "question_id": r["question_id"],
+                                "category": category}) + "\n")
+    return [r["question_id"] for r in rows]

@@ -1,0 +1,184 @@
+"""The planning chapter's check of the operator's plan under real load: the latest serving run
+with a plan arm (``make plan-under-load``), its regret per level beside "always γ=4" and ratio
+transfer, and the crossover measured and predicted (:mod:`specbench.report.plan.under_load`)."""
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import pandas as pd
+
+from specbench.report.analysis import run_cells
+from specbench.report.chapters.base import Numbers
+from specbench.report.plan import under_load
+from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+
+__all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS"]
+
+#: The issue's goals for the plan's regret over load levels: median, worst.
+REGRET_GOALS = (0.05, 0.10)
+
+
+def latest_check(root=DEFAULT_ROOT) -> Run:
+    checks = [r for r in load_runs(root, kind="serving") if under_load.has_plan(r)]
+    if not checks:
+        raise FileNotFoundError(f"no serving run with a plan under {root}: run `make book` "
+                                "then `make plan-under-load`")
+    return checks[-1]
+
+
+def _calibration(run: Run, root) -> Run:
+    wanted = run.manifest["plan"]["calibration"]["sweep"]
+    found = [r for r in load_runs(root, kind="sweep") if r.run_id == wanted]
+    if not found:
+        raise FileNotFoundError(f"{run.path}: field plan.calibration.sweep names {wanted}, "
+                                f"which is not in {root}")
+    return found[0]
+
+
+def _arm_phrase(plan: dict, arm_gamma: int, schedule) -> str:
+    if schedule:
+        parts = [f"γ={g} at batch {a}" if a == z else f"γ={g} at batches {a}–{z}"
+                 for a, z, g in schedule]
+        return "vLLM's dynamic speculation with " + ", ".join(parts)
+    return "speculation off" if arm_gamma == 0 else f"a static γ={arm_gamma}"
+
+
+def _crossover_phrase(point: float, lo: float, hi: float, levels: list[int]) -> str:
+    if point == math.inf:
+        return f"never, up to a concurrency of {max(levels)}"
+    if point == -math.inf:
+        return f"already at a concurrency of {min(levels)}"
+    interval = "" if math.isnan(lo) else f" (95 % interval {_level(lo)} to {_level(hi)})"
+    return f"at a concurrency of {point:.1f}{interval}"
+
+
+def _level(x: float) -> str:
+    return "beyond the range" if x == math.inf else "below it" if x == -math.inf \
+        else f"{x:.1f}"
+
+
+def _compare(a: float, b: float) -> str:
+    return "lower than" if a < b else "higher than" if a > b else "equal to"
+
+
+def numbers(root=DEFAULT_ROOT) -> Numbers:
+    run = latest_check(root)
+    m, plan = run.manifest, run.manifest["plan"]
+    calibration = _calibration(run, root)
+    table = under_load.regrets(run, run_cells(calibration))
+    totals = under_load.summary(table)
+    cross = under_load.crossover(run)
+    arm = next(a for a in m["grid"]["arms"] if a["name"] == "plan")
+    files = m["dataset"].get("workload_files") or {}
+    record = next(iter(files.values()), {})
+    median_ok = totals["plan_median"] <= REGRET_GOALS[0]
+    worst_ok = totals["plan_worst"] <= REGRET_GOALS[1]
+    beats = totals["plan_median"] < totals["always_g4_median"]
+    values = {
+        "pl_run": run.run_id, "pl_calibration": calibration.run_id,
+        "pl_category": ", ".join(record.get("spec_bench_categories") or ["own"]),
+        "pl_prompts": int(record.get("lines", m["load"]["num_prompts"])),
+        "pl_pass_prompts": int(plan["pass"]["prompts"]),
+        "pl_pass_s": float(plan["pass"]["command_s"]),
+        "pl_requests": int(m["load"]["num_prompts"]),
+        "pl_levels": ", ".join(str(c) for c in cross["levels"][:-1]) + f" and "
+                     f"{cross['levels'][-1]}",
+        "pl_arm": _arm_phrase(plan, arm["gamma"], arm["schedule"]),
+        "pl_regret_median_pct": 100 * totals["plan_median"],
+        "pl_regret_worst_pct": 100 * totals["plan_worst"],
+        "pl_g4_median_pct": 100 * totals["always_g4_median"],
+        "pl_g4_worst_pct": 100 * totals["always_g4_worst"],
+        "pl_rt_median_pct": 100 * totals["ratio_transfer_median"],
+        "pl_rt_worst_pct": 100 * totals["ratio_transfer_worst"],
+        "pl_vs_g4": _compare(totals["plan_median"], totals["always_g4_median"]),
+        "pl_vs_rt": _compare(totals["plan_median"], totals["ratio_transfer_median"]),
+        "pl_goal": ("met" if median_ok and worst_ok and beats else "missed"),
+        "pl_goal_detail": ", ".join(
+            [f"median {'within' if median_ok else 'above'} 5 %",
+             f"worst {'within' if worst_ok else 'above'} 10 %",
+             f"{'below' if beats else 'not below'} always γ=4's median"]),
+        "pl_cross_measured": _crossover_phrase(cross["measured"], cross["measured_lo"],
+                                               cross["measured_hi"], cross["levels"]),
+        "pl_cross_predicted": _crossover_phrase(cross["predicted"], math.nan, math.nan,
+                                                [int(r["batch"]) for r in
+                                                 plan["recommendation"]]),
+        "pl_cross_verdict": ("within one load level of the measured one"
+                             if cross["within_one_level"]
+                             else "more than one load level from the measured one"),
+        "pl_goodput_regret_median_pct": 100 * float(table["plan_goodput_regret"].median()),
+        "pl_host": (calibration.manifest.get("host") or {}).get("host_id", "?"),
+    }
+    shown = table.assign(
+        plan_regret=lambda t: [f"{100 * r:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" for r, lo, hi
+                               in zip(t["plan_regret"], t["plan_regret_lo"],
+                                      t["plan_regret_hi"], strict=True)],
+        always_g4=lambda t: (100 * t["always_g4_regret"]).round(1),
+        ratio_transfer=lambda t: [f"{100 * r:.1f} (γ={g})" for r, g in
+                                  zip(t["ratio_transfer_regret"], t["ratio_transfer_gamma"],
+                                      strict=True)],
+        goodput=lambda t: (100 * t["plan_goodput_regret"]).round(1))[
+        ["concurrency", "best_arm", "best_tpot_ms", "plan_regret", "always_g4",
+         "ratio_transfer", "goodput"]].rename(columns={
+            "best_arm": "best arm", "best_tpot_ms": "its TPOT (ms)",
+            "plan_regret": "plan regret % [95 %]", "always_g4": "always γ=4 %",
+            "ratio_transfer": "ratio transfer %", "goodput": "plan goodput regret %"})
+    versus = under_load.predicted_vs_measured(run)
+    errors = versus["error_pct"].abs()
+    outside = versus["batch_basis"].str.startswith("extrapolated")
+    values.update({
+        "pl_pred_n": len(versus), "pl_pred_err_median_pct": float(errors.median()),
+        "pl_pred_err_worst_pct": float(errors.max()),
+        "pl_pred_extrap": _extrapolated_phrase(versus[outside], errors[outside])})
+    latencies = under_load.arm_latencies(run)
+    return Numbers(values=values, runs=[run.run_id, calibration.run_id],
+                   tables={"regret_by_level": shown, "latencies": latencies,
+                           "latency_table": _latency_table(latencies), "regrets": table,
+                           "predicted_vs_measured": _versus_table(versus)})
+
+
+def _extrapolated_phrase(beyond: pd.DataFrame, errors: pd.Series) -> str:
+    """Where the plan extrapolated the calibration's batches, its error there; or that it did
+    not need to."""
+    if beyond.empty:
+        return "no level needed a batch beyond make book's"
+    batches = sorted(int(c) for c in beyond["concurrency"].unique())
+    return (f"at batch {', '.join(map(str, batches))}, which it extrapolates beyond "
+            f"make book's batches, by a median of {errors.median():.1f} %")
+
+
+def _versus_table(versus: pd.DataFrame) -> pd.DataFrame:
+    def iv(point, lo, hi):
+        return [f"{p:.2f} [{a:.2f}, {b:.2f}]" for p, a, b in zip(point, lo, hi, strict=True)]
+    return pd.DataFrame({
+        "γ": versus["gamma"], "concurrency": versus["concurrency"],
+        "predicted": iv(versus["predicted"], versus["predicted_lo"], versus["predicted_hi"]),
+        "measured": iv(versus["measured"], versus["measured_lo"], versus["measured_hi"]),
+        "error %": versus["error_pct"].round(1),
+        "step cost in batch": versus["batch_basis"]})
+
+
+def _latency_table(lat: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and level: median and p90 TPOT and goodput, each with its 95 % interval."""
+    def iv(point, lo, hi, digits):
+        return [f"{p:.{digits}f} [{a:.{digits}f}, {b:.{digits}f}]"
+                for p, a, b in zip(point, lo, hi, strict=True)]
+    return pd.DataFrame({
+        "server": lat["arm"], "concurrency": lat["concurrency"],
+        "median TPOT (ms)": iv(lat["tpot_ms"], lat["tpot_lo"], lat["tpot_hi"], 1),
+        "p90 TPOT (ms)": iv(lat["p90_tpot_ms"], lat["p90_lo"], lat["p90_hi"], 1),
+        "goodput (req/s)": iv(lat["goodput"], lat["goodput_lo"], lat["goodput_hi"], 2),
+        "mean batch": lat["mean_running"].round(2)})
+
+
+def fig_tpot_by_arm(latencies: pd.DataFrame) -> alt.LayerChart:
+    """Median time per output token against concurrency, one line per arm, 95 % intervals."""
+    data = latencies.assign(configuration=latencies["arm"].where(latencies["arm"] != "plan",
+                                                                 "plan (this chapter's)"))
+    x = alt.X("concurrency:O", title="concurrency (requests in flight)")
+    colour = alt.Color("configuration:N", title="server")
+    line = alt.Chart(data).mark_line(point=True).encode(
+        x=x, y=alt.Y("tpot_ms:Q", title="median time per output token (ms)"), color=colour,
+        strokeDash=alt.condition(alt.datum.arm == "plan", alt.value([1, 0]), alt.value([4, 3])))
+    bars = alt.Chart(data).mark_rule().encode(x=x, y="tpot_lo:Q", y2="tpot_hi:Q", color=colour)
+    return (bars + line).properties(width=420, height=260)
