@@ -155,11 +155,17 @@ def _tally(verdicts, noun: str) -> str:
 def session_labels(every: pd.DataFrame) -> dict:
     """(SKU, host session) → a label a reader can parse: the SKU's and the day the session's
     first run started ("Zen 4 · bf16 · 1 thread, from 30 Nov")."""
-    labels = {}
+    starts = {}
     for (sku, session), g in every.groupby(["sku", "host_session"], sort=False):
         stamp = min(r.split("-")[1] for r in g["run_id"])
-        day = pd.Timestamp(stamp[:8]).strftime("%-d %b")
-        labels[(sku, session)] = f"{g['sku_label'].iloc[0]}, from {day}"
+        starts[(sku, session)] = (g["sku_label"].iloc[0],
+                                  pd.Timestamp(stamp.replace("T", " ").rstrip("Z")))
+    days = pd.Series([(label, t.date()) for label, t in starts.values()])
+    labels = {}
+    for key, (label, t) in starts.items():
+        # Two sessions of a SKU that began the same day are told apart by the hour.
+        twice = int((days == (label, t.date())).sum()) > 1
+        labels[key] = f"{label}, from {t.strftime('%-d %b %H:%M' if twice else '%-d %b')}"
     return labels
 
 

@@ -128,6 +128,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     outside = versus["batch_basis"].str.startswith("extrapolated")
     values.update({
         "pl_pred_n": len(versus), "pl_pred_err_median_pct": float(errors.median()),
+        "pl_pred_alone": _alone_phrase(versus, errors),
         "pl_pred_err_worst_pct": float(errors.max()),
         "pl_pred_extrap": _extrapolated_phrase(versus[outside], errors[outside])})
     latencies = under_load.arm_latencies(run)
@@ -137,6 +138,18 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
                            "predicted_vs_measured": _versus_table(versus)})
 
 
+def _alone_phrase(versus: pd.DataFrame, errors: pd.Series) -> str:
+    """How the predictions did with one request in flight against with several: the plan's
+    calibration decodes offline, one batch at a time, with its prompts' prefill cached."""
+    alone = versus["concurrency"] == 1
+    if not alone.any() or alone.all():
+        return f"a median of {errors.median():.1f} %"
+    a, b = errors[alone].median(), errors[~alone].median()
+    return (f"a median of {a:.1f} % with one request in flight and {b:.1f} % with more"
+            + (", likely because other requests' prefills then share the decode steps, which "
+               "the offline calibration measured without them" if b > 2 * a else ""))
+
+
 def _extrapolated_phrase(beyond: pd.DataFrame, errors: pd.Series) -> str:
     """Where the plan extrapolated the calibration's batches, its error there; or that it did
     not need to."""
@@ -144,7 +157,7 @@ def _extrapolated_phrase(beyond: pd.DataFrame, errors: pd.Series) -> str:
         return "no level needed a batch beyond make book's"
     batches = sorted(int(c) for c in beyond["concurrency"].unique())
     return (f"at batch {', '.join(map(str, batches))}, which it extrapolates beyond "
-            f"make book's batches, by a median of {errors.median():.1f} %")
+            f"make book's batches, it erred by a median of {errors.median():.1f} %")
 
 
 def _versus_table(versus: pd.DataFrame) -> pd.DataFrame:
