@@ -11,22 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
-read -r calibration microbench dtype < <($py - <<'PY'
-from specbench.engine.hardware import host_fingerprint
-from specbench.store.runs import load_runs
-boot = host_fingerprint()["boot_id"]
-def here(r):
-    return (r.manifest.get("host") or {}).get("boot_id") == boot
-book = [r for r in load_runs(kind="sweep") if here(r)
-        and sorted(r.manifest["grid"]["workloads"]) == ["edit", "open", "repeat"]]
-if not book:
-    raise SystemExit("measure_host.sh: no `make book` sweep of this host session (this boot) "
-                     "in runs/: run `make book` first")
-cal = book[-1]
-micro = [r for r in load_runs(kind="microbench") if here(r) and r.sku == cal.sku]
-print(cal.path, micro[-1].path if micro else "-", cal.manifest["dtype"])
-PY
-)
+read -r calibration microbench dtype < <($py scripts/host_calibration.py)
 args=(--calibration "$calibration")
 [ "$microbench" != - ] && args+=(--microbench "$microbench")
 predicted=$($py -m specbench.cli.main predict "${args[@]}")

@@ -17,22 +17,7 @@ category=${CATEGORY:-summarization}
 count=${COUNT:-40}
 folder=_build/plan-under-load
 mkdir -p "$folder"
-read -r calibration microbench < <($py - <<'PY'
-from specbench.engine.hardware import host_fingerprint
-from specbench.store.runs import load_runs
-boot = host_fingerprint()["boot_id"]
-def here(r):
-    return (r.manifest.get("host") or {}).get("boot_id") == boot
-book = [r for r in load_runs(kind="sweep") if here(r)
-        and sorted(r.manifest["grid"]["workloads"]) == ["edit", "open", "repeat"]]
-if not book:
-    raise SystemExit("plan_under_load.sh: no `make book` sweep of this host session (this "
-                     "boot) in runs/: run `make book` first")
-cal = book[-1]
-micro = [r for r in load_runs(kind="microbench") if here(r) and r.sku == cal.sku]
-print(cal.path, micro[-1].path if micro else "-")
-PY
-)
+read -r calibration microbench _dtype < <($py scripts/host_calibration.py)
 prompts=$folder/$category.jsonl
 $py -m specbench.cli.main spec-bench-prompts "$category" --count "$count" --out "$prompts"
 args=(--calibration "$calibration" --workload-file "$prompts" --prompts "${PLAN_PROMPTS:-20}")

@@ -2,6 +2,7 @@
 per host session, and the two hosts of one CPU kind side by side (the ``hu_*`` numbers)."""
 from __future__ import annotations
 
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -160,11 +161,11 @@ def session_labels(every: pd.DataFrame) -> dict:
         stamp = min(r.split("-")[1] for r in g["run_id"])
         starts[(sku, session)] = (g["sku_label"].iloc[0],
                                   pd.Timestamp(stamp.replace("T", " ").rstrip("Z")))
-    days = pd.Series([(label, t.date()) for label, t in starts.values()])
+    days = Counter((label, t.date()) for label, t in starts.values())
     labels = {}
     for key, (label, t) in starts.items():
         # Two sessions of a SKU that began the same day are told apart by the hour.
-        twice = int((days == (label, t.date())).sum()) > 1
+        twice = days[(label, t.date())] > 1
         labels[key] = f"{label}, from {t.strftime('%-d %b %H:%M' if twice else '%-d %b')}"
     return labels
 

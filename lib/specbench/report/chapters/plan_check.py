@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from specbench.report.analysis import run_cells
-from specbench.report.chapters.base import Numbers
+from specbench.report.chapters.base import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
@@ -29,14 +29,14 @@ def latest_check(root=DEFAULT_ROOT) -> Run:
 
 def _calibration(run: Run, root) -> Run:
     wanted = run.manifest["plan"]["calibration"]["sweep"]
-    found = [r for r in load_runs(root, kind="sweep") if r.run_id == wanted]
-    if not found:
+    try:
+        return sweep_run(root, wanted)
+    except StopIteration:
         raise FileNotFoundError(f"{run.path}: field plan.calibration.sweep names {wanted}, "
-                                f"which is not in {root}")
-    return found[0]
+                                f"which is not in {root}") from None
 
 
-def _arm_phrase(plan: dict, arm_gamma: int, schedule) -> str:
+def _arm_phrase(arm_gamma: int, schedule) -> str:
     if schedule:
         parts = [f"γ={g} at batch {a}" if a == z else f"γ={g} at batches {a}–{z}"
                  for a, z, g in schedule]
@@ -66,7 +66,8 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     run = latest_check(root)
     m, plan = run.manifest, run.manifest["plan"]
     calibration = _calibration(run, root)
-    table = under_load.regrets(run, run_cells(calibration))
+    latencies = under_load.arm_latencies(run)
+    table = under_load.regrets(run, run_cells(calibration), latencies=latencies)
     totals = under_load.summary(table)
     cross = under_load.crossover(run)
     arm = next(a for a in m["grid"]["arms"] if a["name"] == "plan")
@@ -84,7 +85,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_requests": int(m["load"]["num_prompts"]),
         "pl_levels": ", ".join(str(c) for c in cross["levels"][:-1]) + f" and "
                      f"{cross['levels'][-1]}",
-        "pl_arm": _arm_phrase(plan, arm["gamma"], arm["schedule"]),
+        "pl_arm": _arm_phrase(arm["gamma"], arm["schedule"]),
         "pl_regret_median_pct": 100 * totals["plan_median"],
         "pl_regret_worst_pct": 100 * totals["plan_worst"],
         "pl_g4_median_pct": 100 * totals["always_g4_median"],
@@ -94,9 +95,10 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_vs_g4": _compare(totals["plan_median"], totals["always_g4_median"]),
         "pl_vs_rt": _compare(totals["plan_median"], totals["ratio_transfer_median"]),
         "pl_goal": ("met" if median_ok and worst_ok and beats else "missed"),
+        "pl_goal_median_pct": 100 * REGRET_GOALS[0], "pl_goal_worst_pct": 100 * REGRET_GOALS[1],
         "pl_goal_detail": ", ".join(
-            [f"median {'within' if median_ok else 'above'} 5 %",
-             f"worst {'within' if worst_ok else 'above'} 10 %",
+            [f"median {'within' if median_ok else 'above'} {100 * REGRET_GOALS[0]:g} %",
+             f"worst {'within' if worst_ok else 'above'} {100 * REGRET_GOALS[1]:g} %",
              f"{'below' if beats else 'not below'} always γ=4's median"]),
         "pl_cross_measured": _crossover_phrase(cross["measured"], cross["measured_lo"],
                                                cross["measured_hi"], cross["levels"]),
@@ -131,7 +133,6 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_pred_alone": _alone_phrase(versus, errors),
         "pl_pred_err_worst_pct": float(errors.max()),
         "pl_pred_extrap": _extrapolated_phrase(versus[outside], errors[outside])})
-    latencies = under_load.arm_latencies(run)
     return Numbers(values=values, runs=[run.run_id, calibration.run_id],
                    tables={"regret_by_level": shown, "latencies": latencies,
                            "latency_table": _latency_table(latencies), "regrets": table,

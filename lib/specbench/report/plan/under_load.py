@@ -87,11 +87,13 @@ def _arm_of(gamma: int) -> str:
     return "off" if gamma == 0 else f"γ={gamma}"
 
 
-def regrets(run: Run, calibration_cells: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+def regrets(run: Run, calibration_cells: pd.DataFrame, seed: int = 0,
+            latencies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per level: the best arm, and the regret (TPOT and goodput) of the plan, of "always γ=4"
-    and of ratio transfer, the plan's with a 95 % bootstrap interval."""
+    and of ratio transfer, the plan's with a 95 % bootstrap interval (``latencies``: the run's
+    :func:`arm_latencies` where the caller has them)."""
     rng = np.random.default_rng(seed)
-    lat = arm_latencies(run, seed)
+    lat = arm_latencies(run, seed) if latencies is None else latencies
     closed = _closed(run)
     rows = []
     for level, here in lat.groupby("concurrency"):

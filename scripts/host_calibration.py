@@ -1,0 +1,24 @@
+"""This host session's `make book` calibration: prints "<sweep run> <microbench run or -> <dtype>".
+
+The latest sweep of 'repeat', 'open' and 'edit' written in this boot, and the latest kernel
+microbenchmark of its SKU in this boot; a run of another boot is another host session and is
+never used. Exits with a message where `make book` has not run in this boot.
+"""
+from specbench.engine.hardware import host_fingerprint
+from specbench.store.runs import load_runs
+
+boot = host_fingerprint()["boot_id"]
+
+
+def here(run) -> bool:
+    return (run.manifest.get("host") or {}).get("boot_id") == boot
+
+
+book = [r for r in load_runs(kind="sweep") if here(r)
+        and sorted(r.manifest["grid"]["workloads"]) == ["edit", "open", "repeat"]]
+if not book:
+    raise SystemExit("no `make book` sweep of this host session (this boot) in runs/: run "
+                     "`make book` first")
+calibration = book[-1]
+micro = [r for r in load_runs(kind="microbench") if here(r) and r.sku == calibration.sku]
+print(calibration.path, micro[-1].path if micro else "-", calibration.manifest["dtype"])
