@@ -24,14 +24,51 @@ from specbench.theory import model
 __all__ = ["use_offline_renderer", "fig1_headline", "fig1_speedup", "fig2_latency",
            "fig3_shortfall", "fig4_host_floor", "fig5_timing_alpha", "fig6_parity", "fig_economics",
            "fig_model_limits", "eq1_curves", "speedup_vs_alpha", "parity", "fig_break_even",
-           "fig_serving_percentiles", "fig_serving_goodput", "fig_serving_speedup"]
+           "fig_serving_percentiles", "fig_serving_goodput", "fig_serving_speedup", "spec_digest"]
 
 WORKLOAD_COLORS = alt.Scale(domain=["repeat", "open"], range=["#1f77b4", "#d62728"])
 WIDTH = 190   # two facets and a legend on the right fit the 752-px text column
 
 
+# A chart's digest hashes its spec with every float rounded to this many significant digits, so
+# the same data summed in another order on another CPU (a last-bit difference) draws the same
+# chart and keeps its digest, while a change in any printed digit changes it.
+DIGEST_DIGITS = 8
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.{DIGEST_DIGITS}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _renamed(value, names: dict):
+    if isinstance(value, str):
+        return names.get(value, value)
+    if isinstance(value, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    return value
+
+
+def spec_digest(spec: dict) -> str:
+    """A chart's identity: its spec with floats rounded (:data:`DIGEST_DIGITS`) and altair's
+    inline datasets — named by a hash of their exact values — renamed by a hash of their
+    rounded values."""
+    rounded = _rounded(spec)
+    names = {name: "data-" + hashlib.sha256(json.dumps(values, sort_keys=True).encode())
+             .hexdigest()[:32] for name, values in rounded.get("datasets", {}).items()}
+    text = json.dumps(_renamed(rounded, names), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _render(spec: dict, png: bool = True) -> dict:
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    digest = spec_digest(spec)
     div = f"vega-{digest}"
     html = (f'<div class="sb-scroll"><p class="sb-scroll-hint">{SCROLL_HINT}</p>'
             f'<div id="{div}" class="vega-chart"></div></div>\n<script>\n'
