@@ -151,16 +151,29 @@ def _same_text(mine: str, theirs: str) -> bool:
     return True
 
 
+def _lines(value) -> bool:
+    """A list of text lines, as nbformat may store one output's text."""
+    return (isinstance(value, list) and all(isinstance(x, str) for x in value)
+            and all(x.endswith("\n") for x in value[:-1]))
+
+
+def _joined(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def same(mine, theirs) -> bool:
     """Recorded outputs equal up to :data:`REL_TOL` in every number they print."""
-    if isinstance(mine, list) and isinstance(theirs, list):
-        if all(isinstance(x, str) for x in mine + theirs):
-            return _same_text("".join(mine), "".join(theirs))
-        return len(mine) == len(theirs) and all(map(same, mine, theirs))
+    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+        if all(map(same, mine, theirs)):
+            return True
+    # One output's text may be stored as a list of lines on one side and a string on the other.
+    if isinstance(mine, (str, list)) and isinstance(theirs, (str, list)) and (
+            _lines(mine) or _lines(theirs)):
+        return _same_text(_joined(mine), _joined(theirs))
     if isinstance(mine, dict) and isinstance(theirs, dict):
         return mine.keys() == theirs.keys() and all(same(mine[k], theirs[k]) for k in mine)
     if isinstance(mine, str) and isinstance(theirs, str):
