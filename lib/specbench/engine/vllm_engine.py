@@ -61,6 +61,9 @@ class EngineSettings:
     # vLLM's dynamic speculation: ((first batch, last batch, γ), ...), γ at most ``gamma``
     # (SpeculativeConfig.num_speculative_tokens_per_batch_size); None: γ at every batch size.
     batch_schedule: tuple[tuple[int, int, int], ...] | None = None
+    # One record per engine step (specbench.engine.step_records): a folder for
+    # steps-<pid>.jsonl, or a <name>.jsonl path; None records nothing.
+    step_records: str | None = None
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -86,6 +89,9 @@ class EngineSettings:
             if on_gpu():
                 raise ValueError(f"engine_patch {self.engine_patch!r} fixes vLLM's CPU backend "
                                  "only; a GPU runs the Triton kernel it replaces")
+        if self.step_records and self.async_scheduling:
+            raise ValueError("step_records: with async scheduling vLLM steps through "
+                             "step_with_batch_queue, whose overlapping steps are not recorded")
         looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
         if looks_like_path and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model path {self.model!r} does not exist (give a local "
@@ -117,9 +123,11 @@ class EngineSettings:
 
     def manifest_fields(self) -> dict:
         """What a run's manifest states about the engine's execution mode."""
+        from specbench.engine import step_records
         from specbench.engine.patch import manifest_entry
         return {"speculative_method": self.speculative_method,
                 "engine_patch": manifest_entry(self.engine_patch),
+                "step_records": step_records.manifest_entry(self.step_records),
                 "async_scheduling": self.async_scheduling,
                 "enforce_eager": self.enforce_eager,
                 "graph_mode": "eager (no CUDA graphs, no torch.compile)" if self.enforce_eager
@@ -214,6 +222,7 @@ class Engine:
         else:
             os.environ.pop(engine_patch.ENV, None)
         engine_patch.register()
+        _plugins_from_environment(settings)
         from vllm import LLM  # imported late: importing vLLM takes seconds
 
         self.settings = settings
@@ -332,6 +341,22 @@ class Engine:
     def describe(self) -> dict:
         return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2),
                 "prompt_format": self.prompt_format}
+
+
+def _plugins_from_environment(settings: EngineSettings) -> None:
+    """Switch the project's other vLLM plugins for the processes ``vllm.LLM`` starts: the
+    lifeline always (this process names itself the harness, so a SIGKILLed harness leaves no
+    engine core or worker behind), step records where the settings ask (off removes a stale
+    value). Both are applied here too, for an engine core run in this process."""
+    from specbench.engine import lifeline, step_records
+    lifeline.arm()
+    lifeline.register()
+    if settings.step_records:
+        step_records.check_loadable()
+        os.environ[step_records.ENV] = settings.step_records
+    else:
+        os.environ.pop(step_records.ENV, None)
+    step_records.register()
 
 
 CHAT_TEMPLATE = "the tokenizer's chat template (continue_final_message=True)"

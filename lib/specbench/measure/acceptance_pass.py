@@ -71,12 +71,13 @@ class PassResult:
 def engine_settings(calibration_manifest: dict, model: str, gamma: int) -> EngineSettings:
     """The calibration's engine settings (dtype, n-gram window, context, patch) at speculation
     length ``gamma``: acceptance depends on the proposer's window and the dtype, so the pass
-    runs the engine the calibration ran. Prefix caching and the profiler are off."""
+    runs the engine the calibration ran. Prefix caching, the profiler and step records are
+    off."""
     recorded = calibration_manifest.get("engine", {}).get("settings") or {}
     known = {f.name for f in fields(EngineSettings)}
     kept = {k: v for k, v in recorded.items() if k in known and k not in (
         "model", "gamma", "enable_prefix_caching", "profiler_dir", "gpu_memory_utilization",
-        "batch_schedule")}
+        "batch_schedule", "step_records")}
     return EngineSettings(**{**kept, "model": model, "gamma": gamma,
                              "dtype": calibration_manifest["dtype"]})
 
