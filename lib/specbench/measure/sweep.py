@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -24,6 +25,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
+# Where a run keeps its engines' step records: one JSONL file per engine process, every step of
+# every warmup and timed call; a call's ``monotonic_ns`` window says which steps are its own.
+from specbench.derive.steps import STEP_RECORDS
 from specbench.derive.sweep_tables import UNSTABLE_SPREAD_PCT, tables
 from specbench.engine.hardware import roofline_sku
 from specbench.engine.vllm_engine import Engine, EngineSettings
@@ -39,16 +43,19 @@ from specbench.store.runs import Run, create_run, open_run
 __all__ = ["DEFAULT_WARMUP", "DEFAULT_REPS", "SweepConfig", "cell_key", "balanced_orders",
            "SweepInterrupted", "run_sweep", "finalize"]
 
-def make_engine(cfg: SweepConfig, model: str, gamma: int):
+def make_engine(cfg: SweepConfig, model: str, gamma: int, run: Run | None = None):
     """One engine of the sweep's kind at speculation length γ (the same interface either way:
-    :class:`specbench.engine.protocol.SpecEngine`)."""
+    :class:`specbench.engine.protocol.SpecEngine`); a vLLM engine records its steps into
+    ``run`` (async scheduling overlaps steps, which records cannot time: none then)."""
     if cfg.engine == "transformers":
         from specbench.engine.transformers_engine import HFEngineSettings, TransformersEngine
         return TransformersEngine(HFEngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
                                                    seed=cfg.seed))
+    records = (str(run.path / STEP_RECORDS) if run is not None and not cfg.async_scheduling
+               else None)
     return Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
                                  gpu_memory_utilization=_gpu_share(cfg),
-                                 **cfg.engine_options()))
+                                 step_records=records, **cfg.engine_options()))
 
 
 def _gpu_share(cfg: SweepConfig) -> float | None:
@@ -162,8 +169,12 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
     lengths = [r.max_tokens or cfg.max_tokens for r in reqs]
     load = os.getloadavg()[0]
     with ForeignCpu() as foreign:
+        # The call's window on the monotonic clock the engine's step records use
+        # (specbench.engine.step_records): the steps it holds are those inside it.
+        started_ns = time.monotonic_ns()
         gen = engine.generate([prompts[i] for i in group], lengths,
                               _sampling(source, reqs, temperature, cfg.seed, rep))
+        ended_ns = time.monotonic_ns()
     pot_s = gen.pot_s
     window = (decode_window(gen.step_times, gen.step_counts)
               if gen.step_times else None)
@@ -171,6 +182,7 @@ def _call(engine: Engine, arm: str, rep: int, index: int, group, requests, promp
         pot_s = window.pot_s()   # batch N: only steps in which all N requests decode
     call = {"arm": arm, "rep": rep, "call": index, "ids": [r.id for r in reqs],
             "wall_s": gen.wall_s, "pot_ms": [1e3 * p for p in pot_s],
+            "monotonic_ns": [started_ns, ended_ns],
             **(window.as_row() if window is not None else {}),
             "ttft_ms": [1e3 * t for t in gen.ttft_s], "decode_s": gen.decode_s,
             "output_tokens": gen.output_tokens, "iterations": gen.iterations,
@@ -332,7 +344,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
     try:
         if cfg.paired and any(g > 0 for g, *_ in todo):
             try:
-                base = make_engine(cfg, model, 0)
+                base = make_engine(cfg, model, 0, run)
             except Exception as exc:  # no cell can run: each records why
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
@@ -343,7 +355,7 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
         for gamma in sorted({g for g, *_ in todo}):
             cells = [c[1:] for c in todo if c[0] == gamma]
             try:
-                engine = make_engine(cfg, model, gamma)
+                engine = make_engine(cfg, model, gamma, run)
             except Exception as exc:  # recorded, and the sweep goes on
                 if interrupts.seen:  # the engine died of the user's Ctrl-C: not a failed cell
                     raise KeyboardInterrupt from exc
@@ -385,7 +397,7 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
     try:
         for gamma in (0, *todo[0][0]):
             try:
-                engines[gamma] = make_engine(cfg, model, gamma)
+                engines[gamma] = make_engine(cfg, model, gamma, run)
             except Exception as exc:  # recorded in every unit
                 if interrupts.seen:
                     raise KeyboardInterrupt from exc
