@@ -10,21 +10,37 @@
 # over the first PLAN_PROMPTS); `specbench serve-bench --plan` then serves the same prompts with
 # the plan's configuration beside fixed γ 2, 4, 6 and speculation off, LEVELS concurrencies,
 # COUNT requests per level. The serving run's manifest keeps the plan as it was before the load.
+#
+# Killed or interrupted? Run it again with the same settings: it resumes the serving run it
+# started (see below) and measures only the levels that run lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py=.venv/bin/python
+py=${SPECBENCH_PYTHON:-.venv/bin/python}
 category=${CATEGORY:-summarization}
 count=${COUNT:-40}
-folder=_build/plan-under-load
+levels=${LEVELS:-1,2,4,8}
+folder=${PLAN_UNDER_LOAD_DIR:-_build/plan-under-load}
 mkdir -p "$folder"
 read -r calibration microbench _dtype < <($py scripts/host_calibration.py)
 prompts=$folder/$category.jsonl
 $py -m specbench.cli.main spec-bench-prompts "$category" --count "$count" --out "$prompts"
+# How a rerun finds its run: the serving run started below writes its folder into $record
+# (SPECBENCH_RUN_RECORD, read by the run store as the run is created), a file named after this
+# script's inputs (calibration runs, category, count, plan prompts, levels). When that run is
+# still incomplete, a rerun with the same inputs resumes it with the plan its manifest holds,
+# without planning again; a complete run, or other inputs, start afresh.
+inputs="$calibration $microbench $category $count ${PLAN_PROMPTS:-20} $levels"
+record=$folder/serving-run-$(printf '%s' "$inputs" | sha256sum | cut -c1-16)
+still_running='import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "running")'
+if [ -s "$record" ] && $py -c "$still_running" "$(cat "$record")/manifest.json" 2>/dev/null; then
+    echo "resuming the incomplete serving run $(cat "$record")"
+    exec $py -m specbench.cli.main serve-bench --resume "$(cat "$record")"
+fi
 args=(--calibration "$calibration" --workload-file "$prompts" --prompts "${PLAN_PROMPTS:-20}")
 [ "$microbench" != - ] && args+=(--microbench "$microbench")
 $py -m specbench.cli.main plan "${args[@]}" --json > "$folder/plan.json"
 echo "plan: $folder/plan.json"
-$py -m specbench.cli.main serve-bench --plan "$folder/plan.json" --workloads "file:$prompts" \
-    --gammas 0,2,4,6 --concurrencies "${LEVELS:-1,2,4,8}" --request-rates '' \
+SPECBENCH_RUN_RECORD=$record $py -m specbench.cli.main serve-bench --plan "$folder/plan.json" \
+    --workloads "file:$prompts" --gammas 0,2,4,6 --concurrencies "$levels" --request-rates '' \
     --num-prompts "$count" --output-len 64 \
     --notes "the plan for $count Spec-Bench $category prompts (held out), checked under load"

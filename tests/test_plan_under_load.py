@@ -4,6 +4,10 @@ Arithmetic on small frames in the serving run's own formats (levels.csv, request
 real server is driven with the plan's flags in tests/test_serving.py.
 """
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -167,3 +171,54 @@ def test_spec_bench_prompts_are_written_as_an_operators_file_after_the_swept_one
     with pytest.raises(SystemExit) as done:
         main(["spec-bench-prompts", "qa", "--count", "999", "--out", str(out)])
     assert done.value.code == 2 and "has 70 prompts after the first 10" in capsys.readouterr().err
+
+
+# -- make plan-under-load, killed and run again ----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN_COMMAND = "-m specbench.cli.main plan "
+# Python's stand-in for the script: logs each command; `serve-bench` without --resume makes a
+# run that is killed (status 'running') and records its folder as the run store would.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_LOG"
+case "$1 ${3:-}" in
+  "scripts/host_calibration.py "*) echo "/store/cpu-x/sweep-1 - float32" ;;
+  "-m spec-bench-prompts") ;;
+  "-m plan") echo '{"static_gamma": 2}' ;;
+  "-m serve-bench")
+    if [ "$4" != --resume ]; then
+      run="$FAKE_STORE/serving-$(date +%s%N)"; mkdir -p "$run"
+      echo '{"status": "running"}' > "$run/manifest.json"
+      printf '%s' "$run" > "$SPECBENCH_RUN_RECORD"
+      exit 137
+    fi ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+def test_a_rerun_of_plan_under_load_resumes_its_incomplete_serving_run(tmp_path):
+    fake, log, store = tmp_path / "python", tmp_path / "log", tmp_path / "store"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {**os.environ, "SPECBENCH_PYTHON": str(fake), "FAKE_LOG": str(log),
+           "FAKE_STORE": str(store), "REAL_PYTHON": sys.executable, "LEVELS": "1,2",
+           "PLAN_UNDER_LOAD_DIR": str(tmp_path / "work")}
+
+    def script(**extra):
+        return subprocess.run([str(ROOT / "scripts" / "plan_under_load.sh")],
+                              env={**env, **extra}, capture_output=True, text=True, timeout=60)
+
+    assert script().returncode == 137                     # killed in its serving run
+    (killed,) = store.iterdir()
+    again = script()
+    assert again.returncode == 0, again.stderr
+    assert f"resuming the incomplete serving run {killed}" in again.stdout
+    calls = log.read_text().splitlines()
+    assert calls[-1] == f"-m specbench.cli.main serve-bench --resume {killed}"
+    assert sum(c.startswith(PLAN_COMMAND) for c in calls) == 1    # not planned again
+    assert script(LEVELS="1,2,4").returncode == 137       # other levels: a run of its own
+    (killed / "manifest.json").write_text('{"status": "complete"}')
+    assert script().returncode == 137                     # complete: a new run, not a resume
+    assert len(list(store.iterdir())) == 3
+    assert sum(c.startswith(PLAN_COMMAND) for c in log.read_text().splitlines()) == 3

@@ -331,8 +331,8 @@ def test_a_terminated_harness_takes_its_server_with_it(tmp_path, engine_dtype):
            "--workloads", "repeat", "--concurrencies", "1", "--request-rates", "",
            "--num-prompts", "8", "--output-len", "200", "--dtype", engine_dtype,
            "--root", str(tmp_path / "runs")]
-    harness = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    with open(tmp_path / "harness.err", "wb") as err:
+        harness = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
     seen: set[int] = set()
     try:
         deadline = time.time() + 400
@@ -347,10 +347,14 @@ def test_a_terminated_harness_takes_its_server_with_it(tmp_path, engine_dtype):
             time.sleep(1)
         assert harness.poll() is None, "the harness ended before its server was up"
         harness.send_signal(signal.SIGTERM)
-        assert harness.wait(timeout=60) != 0
+        assert harness.wait(timeout=60) == 130
     finally:
         if harness.poll() is None:
             harness.kill()
+    (run,) = (tmp_path / "runs").glob("*/serving-*")
+    # SIGTERM stops the run as Ctrl-C does: the run is kept, and the command that resumes it said.
+    assert f"Resume with: specbench serve-bench --resume {run}" in \
+        (tmp_path / "harness.err").read_text()
     servers = [p for p in seen if p != harness.pid]
     assert servers
     deadline = time.time() + 30

