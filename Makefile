@@ -27,7 +27,8 @@ BOOK_DTYPE ?=
 measure: setup  ## measure here: γ-sweep of 'repeat', 'open', 'edit' and the kernel microbenchmark
 	dtype=$(or $(BOOK_DTYPE),$$($(PY) -c "from specbench.engine.hardware import default_dtype; print(default_dtype())")); \
 	$(PY) -m specbench.cli.notebooks sweep -p workloads '["repeat","open","edit"]' -p prompts 1 \
-	    -p gammas '[0, 2, 6]' -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True && \
+	    -p gammas '[0, 2, 6]' -p max_tokens 64 -p reps 3 -p dtype $$dtype -p prefix_caching True \
+	    -p step_probe True && \
 	$(PY) -m specbench.cli.main microbench --dtype $$dtype
 
 host-floor: setup  ## the host-floor profile of two model sizes (a 'hostfloor' run)

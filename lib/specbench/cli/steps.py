@@ -29,7 +29,7 @@ def _steps(path) -> pd.DataFrame:
     from specbench.derive.steps import step_table
     from specbench.store.runs import open_run
     run = open_run(path)
-    table = step_table(run.path, run.parts())
+    table = step_table(run.path, run.parts(), run.manifest.get("step_probe"))
     if table.empty:
         raise ValueError(f"{run.path}: no step records (measured before they were kept): "
                          "measure again with `make book`")

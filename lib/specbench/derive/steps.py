@@ -17,7 +17,7 @@ import pandas as pd
 
 from specbench.engine.step_records import read_step_records
 
-__all__ = ["STEP_RECORDS", "call_windows", "step_table", "has_step_records"]
+__all__ = ["STEP_RECORDS", "call_windows", "probe_windows", "step_table", "has_step_records"]
 
 STEP_RECORDS = "step_records"
 CALL_COLUMNS = ["workload", "gamma", "batch", "arm", "rep", "call", "timed"]
@@ -36,11 +36,24 @@ def call_windows(parts: dict[str, dict]) -> pd.DataFrame:
             if "monotonic_ns" not in call:
                 continue
             start, end = call["monotonic_ns"]
-            rows.append({"workload": record["workload"], "gamma": record["gamma"],
+            # A shared-base unit (one γ=0 arm round-robin with several γ) names each call's γ.
+            gamma = call.get("gamma", record.get("gamma"))
+            engine_gamma = 0 if call["arm"] == "base" else gamma
+            rows.append({"workload": record["workload"], "gamma": engine_gamma,
                          "batch": record["batch"], "arm": call["arm"], "rep": call["rep"],
-                         "call": call["call"], "timed": True,
-                         "engine_gamma": 0 if call["arm"] == "base" else record["gamma"],
+                         "call": call["call"], "timed": True, "engine_gamma": engine_gamma,
                          "start_ns": start, "end_ns": end})
+    return pd.DataFrame(rows)
+
+
+def probe_windows(probes: list[dict] | None) -> pd.DataFrame:
+    """The mixed step probe's windows (the manifest's ``step_probe``) as call windows of arm
+    'probe', workload 'probe' and batch = the probe's decoding rows."""
+    rows = [{"workload": "probe", "gamma": probe["gamma"], "batch": window["rows"],
+             "arm": "probe", "rep": 0, "call": i, "timed": False,
+             "engine_gamma": probe["gamma"], "start_ns": window["monotonic_ns"][0],
+             "end_ns": window["monotonic_ns"][1]}
+            for probe in probes or [] for i, window in enumerate(probe["windows"])]
     return pd.DataFrame(rows)
 
 
@@ -67,11 +80,13 @@ def _assign(steps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def step_table(run_path: Path, parts: dict[str, dict]) -> pd.DataFrame:
-    """Every recorded step of the run with ``duration_s`` and its call (NA outside calls)."""
+def step_table(run_path: Path, parts: dict[str, dict],
+               probes: list[dict] | None = None) -> pd.DataFrame:
+    """Every recorded step of the run with ``duration_s`` and its call (NA outside calls and
+    probe windows; ``probes``: the manifest's ``step_probe``)."""
     steps = _engine_steps(run_path)
     if steps.empty:
         return steps
     steps["duration_s"] = steps["duration_ns"] / 1e9
-    windows = call_windows(parts)
+    windows = pd.concat([call_windows(parts), probe_windows(probes)], ignore_index=True)
     return _assign(steps, windows) if not windows.empty else steps

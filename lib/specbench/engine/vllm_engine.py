@@ -338,6 +338,27 @@ class Engine:
             counts.append([current[i] for i in ids])
         return [finished[i] for i in ids], times, counts
 
+    def drive(self, arrivals: list[tuple[int, list[int], int]]) -> tuple[int, int]:
+        """Step the engine while requests arrive: each ``(step, prompt, max_tokens)`` is added
+        before engine step number ``step`` (greedy, exactly ``max_tokens``), so prefills land
+        in steps that decode other rows — what ``generate()``, which adds every request
+        first, never does. Returns the window on the monotonic clock the step records use."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        engine, pending = self.llm.llm_engine, sorted(arrivals, key=lambda a: a[0])
+        started, step = time.monotonic_ns(), 0
+        while pending or engine.has_unfinished_requests():
+            while pending and pending[0][0] <= step:
+                _, prompt, tokens = pending.pop(0)
+                self._requests += 1
+                engine.add_request(f"specbench-{self._requests}",
+                                   TokensPrompt(prompt_token_ids=prompt),
+                                   SamplingParams(temperature=0.0, max_tokens=tokens,
+                                                  ignore_eos=True))
+            engine.step()
+            step += 1
+        return started, time.monotonic_ns()
+
     def describe(self) -> dict:
         return {"settings": asdict(self.settings), "startup_s": round(self.startup_s, 2),
                 "prompt_format": self.prompt_format}

@@ -89,7 +89,7 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                  "warmup": cfg.warmup, "reps": cfg.reps, "prompts": cfg.prompts,
                  "temperatures": list(cfg.temperatures), "seed": cfg.seed,
                  "paired": cfg.paired, "shared_base": cfg.shares_base(),
-                 "spec_bench_path": cfg.spec_bench_path,
+                 "spec_bench_path": cfg.spec_bench_path, "step_probe": cfg.step_probe,
                  "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
         "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
         "latency_definitions": {
@@ -381,6 +381,9 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
                                                             else engine, "prompt_format", ""))
                     run.write_part(cell_key(gamma, w, b, t), record)
                     bar.update()
+                _probe(run, cfg, engine)
+        if base is not None:
+            _probe(run, cfg, base)
     finally:
         if base is not None:
             base.close()
@@ -433,9 +436,21 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
             record.update(gammas=list(gammas), workload=w, batch=b, temperature=t)
             run.write_part(cell_key(gammas, w, b, t), record)
             bar.update()
+        for engine in engines.values():
+            _probe(run, cfg, engine)
     finally:
         for engine in engines.values():
             engine.close()
+
+
+def _probe(run: Run, cfg: SweepConfig, engine) -> None:
+    """The mixed step probe in ``engine`` (when the sweep asks and the engine records its
+    steps); its windows go to the manifest's ``step_probe``."""
+    if not cfg.step_probe or not getattr(engine, "settings", None) or \
+            not engine.settings.step_records:
+        return
+    from specbench.measure.step_probe import run_probe
+    run.update_manifest(step_probe=[*run.manifest.get("step_probe", []), run_probe(engine)])
 
 
 def _error(exc) -> dict:

@@ -68,6 +68,10 @@ class SweepConfig:
     # A sealed prediction run (`specbench predict`) this sweep is judged against: it must be
     # closed before the sweep starts; the manifest records its id and its table's hash.
     judged_against: str | None = None
+    # The mixed step probe (specbench.measure.step_probe) in every vLLM engine the sweep
+    # started, after its cells: steps holding 1–8 rows and other requests' prefill, which the
+    # calls never make, so the step-time model's per-row and prefill terms are identified.
+    step_probe: bool = False
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
@@ -144,6 +148,7 @@ class SweepConfig:
                    notes=manifest.get("notes", ""), prompts=grid.get("prompts", 1),
                    temperatures=tuple(grid.get("temperatures", (0.0,))),
                    seed=grid.get("seed", 0), paired=grid.get("paired", False),
+                   step_probe=grid.get("step_probe", False),
                    shared_base=grid.get("shared_base", False),
                    spec_bench_path=grid.get("spec_bench_path"),
                    # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting

@@ -1,0 +1,64 @@
+"""The mixed step probe: what a step costs when it holds more rows, longer contexts and other
+requests' prefill than `make book`'s calls ever put in one.
+
+`make book`'s calls decode one or four rows with their prompts cached, so their steps hold
+neither prefill nor more than four rows, and the step-time model's per-row and per-prefill-token
+terms are not identified by them. The probe drives each engine the sweep already started
+(:meth:`specbench.engine.vllm_engine.Engine.drive`): for each batch of 1, 2, 4 and 8 rows it
+starts the rows at contexts spread up to ``max_model_len`` minus the output, and while they
+decode, prefills of 64 to 1,024 tokens arrive. The engine's step records hold what each step
+did; the probe only records its window on the monotonic clock (the run manifest's
+``step_probe``), so its steps can be told from the calls'. It times nothing itself.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+__all__ = ["ROWS", "PREFILLS", "OUTPUT", "probe_text_ids", "arrivals", "run_probe"]
+
+ROWS = (1, 2, 4, 8)
+PREFILLS = (64, 256, 1024)
+OUTPUT = 48            # tokens each decoding row generates
+PREFILL_EVERY = 2      # a prefill arrives every this many steps while rows decode (a γ=6 row
+                       # copying text emits up to 7 tokens a step: the prefills must come early)
+
+
+def probe_text_ids(tokenizer, length: int, offset: int = 0) -> list[int]:
+    """``length`` token ids of the project's own passages (repeated as needed) from
+    ``offset``: real text, so the n-gram proposer drafts on some steps and not on others, as it
+    does in serving; rows start at different offsets, so no row's prompt is another's prefix."""
+    texts = resources.files("specbench.measure.workloads") / "texts"
+    text = " ".join(p.read_text() for p in sorted(texts.iterdir()) if p.name.endswith(".txt"))
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    while len(ids) < offset + length:
+        ids = ids + ids
+    return ids[offset:offset + length]
+
+
+def arrivals(tokenizer, max_model_len: int) -> list[list[tuple[int, list[int], int]]]:
+    """One schedule per batch size: the rows at step 0 (contexts spaced geometrically from 64
+    up to ``max_model_len − OUTPUT − 1``), then a prefill every :data:`PREFILL_EVERY` steps, cycling
+    through :data:`PREFILLS`. Each prefill generates one token."""
+    longest = max_model_len - OUTPUT - 1
+    schedules = []
+    for rows in ROWS:
+        # Geometric from 64 to the longest: every context range is held, and the rows'
+        # own prefill (which the probe pays before they decode) stays short.
+        contexts = [int(64 * (longest / 64) ** (i / (rows - 1))) for i in range(rows)] \
+            if rows > 1 else [longest // 2]
+        plan = [(0, probe_text_ids(tokenizer, n, offset=97 * i), OUTPUT)
+                for i, n in enumerate(contexts)]
+        plan += [(PREFILL_EVERY * (k + 1), probe_text_ids(tokenizer, size, offset=31 * k + 11),
+                  1) for k, size in enumerate(PREFILLS)]
+        schedules.append(plan)
+    return schedules
+
+
+def run_probe(engine) -> dict:
+    """Drive ``engine`` through every schedule; the probe's windows for the manifest."""
+    windows = []
+    for rows, schedule in zip(ROWS, arrivals(engine.tokenizer,
+                                             engine.settings.max_model_len), strict=True):
+        start, end = engine.drive(schedule)
+        windows.append({"rows": rows, "monotonic_ns": [start, end]})
+    return {"gamma": engine.settings.gamma, "windows": windows}
