@@ -135,4 +135,4 @@ class _LabelRun:
 ])
 def test_sku_labels_read_as_words(monkeypatch, hardware, dtype, engine, label):
     monkeypatch.setattr(analysis, "roofline_of", lambda run: "measured")
-    assert analysis._sku_label(_LabelRun(hardware, dtype, engine)) == label
+    assert analysis.sku_label(_LabelRun(hardware, dtype, engine)) == label

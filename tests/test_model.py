@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
-from specbench.theory import model
+from specbench.theory import errors, model
 
 alphas = st.floats(0, 1)
 gammas = st.integers(0, 16)
@@ -58,7 +58,8 @@ def test_vectorised_over_numpy_and_pandas():
     (lambda: model.speedup(np.array([0.2, np.nan]), 2), "alpha", "nan"),
     (lambda: model.device_pass_latency(5, -2), "gamma", "-2"),
     (lambda: model.alpha_from_timing(1.0, 5.0, 0), "gamma", "0"),
-    (lambda: model.mape([1, 2], [1, 0]), "measured", "0"),
+    (lambda: errors.mape([1, 2], [1, 0]), "measured", "0"),
+    (lambda: errors.percent_error([1, -2], [1, 1]), "predicted", "-2"),
 ])
 def test_invalid_input_names_argument_and_value(call, name, value):
     with pytest.raises(ValueError) as err:
@@ -66,8 +67,31 @@ def test_invalid_input_names_argument_and_value(call, name, value):
     assert name in str(err.value) and value in str(err.value)
 
 
-def test_mape_and_cell_errors():
-    assert model.cell_errors(90.0, 100.0) == pytest.approx(-10.0)
-    assert model.mape([90, 110], [100, 100]) == pytest.approx(10.0)
+def test_mape_and_percent_error():
+    assert errors.percent_error(90.0, 100.0) == pytest.approx(-10.0)
+    assert errors.mape([90, 110], [100, 100]) == pytest.approx(10.0)
     with pytest.raises(ValueError):
-        model.mape([], [])
+        errors.mape([], [])
+
+
+def test_a_missing_prediction_is_a_missing_error_not_a_cell():
+    # 90 against 100 is −10 %, 130 against 100 is +30 %; the NaN prediction is no cell, so the
+    # MAPE is (10 + 30) / 2 = 20, not (10 + 30) / 3.
+    e = errors.percent_error(pd.Series([90.0, np.nan, 130.0]), pd.Series([100.0, 50.0, 100.0]))
+    assert np.isnan(e[1]) and errors.mape_of(e) == pytest.approx(20.0)
+    assert np.isnan(errors.mape_of([np.nan]))
+    assert errors.mape_interval(e)[0] == errors.mape_of(e)
+
+
+def test_mape_of_sums_as_pandas_does():
+    # The chapters' numbers were pandas' Series.abs().mean(); the one function must not move
+    # them by a bit, NaN cells included.
+    rng = np.random.default_rng(7)
+    e = pd.Series(rng.normal(0, 20, 300))
+    e[rng.choice(300, 40, replace=False)] = np.nan
+    assert errors.mape_of(e) == float(e.abs().mean())
+
+
+def test_percent_change_is_the_same_arithmetic():
+    assert errors.percent_change(110.0, 100.0) == errors.percent_error(110.0, 100.0) == \
+        pytest.approx(10.0)

@@ -81,7 +81,7 @@ def test_plan_from_this_hosts_calibration_recommends_per_batch_with_an_interval(
     # More load makes a step dearer, so no γ gains more at batch 8 than at batch 1.
     for _, mine in table.groupby("gamma"):
         assert mine.sort_values("batch")["speedup"].is_monotonic_decreasing
-    recs = plan.recommend(table)
+    recs = plan.recommend_per_batch(table)
     assert list(recs["batch"]) == [1, 2, 4, 8]
     for rec in recs.itertuples():
         assert (rec.gamma == 0) == (rec.best_speedup <= 1)

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.theory.predict import add_predictions, bootstrap_mape, fit_host_ratio
+from specbench.theory.errors import mape_interval
+from specbench.theory.predict import add_predictions, fit_host_ratio
 from specbench.report.transfer import leave_one_sku_out
 
 
@@ -79,8 +80,8 @@ def test_transfer_is_exact_when_the_model_holds():
     assert t["model_err_pct"].abs().max() < 1e-9
 
 
-def test_bootstrap_mape_brackets_the_mean():
-    mape, lo, hi = bootstrap_mape(pd.Series([1.0, -2.0, 3.0, 4.0]))
+def test_mape_interval_brackets_the_mean():
+    mape, lo, hi = mape_interval(pd.Series([1.0, -2.0, 3.0, 4.0]))
     assert mape == 2.5 and lo <= mape <= hi
 
 

@@ -141,7 +141,7 @@ def test_analysis_leaves_d_missing_without_a_roofline():
     assert out["pred_blind_ms"].notna().all()          # the rival needs no roofline
     assert analysis.roofline_of(run).startswith("no roofline: no datasheet entry")
     run.manifest["hardware"] = {"gpus": [{"name": "NVIDIA GeForce RTX 4090"}]}
-    assert analysis._sku_label(run) == "GeForce RTX 4090 (no roofline)"
+    assert analysis.sku_label(run) == "GeForce RTX 4090 (no roofline)"
 
 
 def dataclasses_asdict(x):

@@ -14,6 +14,7 @@ import sys
 from specbench.cli import args as cliargs
 from specbench.cli import plan as plan_cli
 from specbench.cli import predict as predict_cli
+from specbench.cli import prompt_file as prompt_file_cli
 from specbench.engine.hardware import FAST_DTYPE_HELP
 from specbench.store.runs import DEFAULT_ROOT
 
@@ -105,6 +106,12 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
                    help="finish an interrupted run in place (no other sweep flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
+    _sweep_engine_args(p)
+
+
+def _sweep_engine_args(p: argparse.ArgumentParser) -> None:
+    """How the sweep's engines run (graphs, scheduling, prefix cache, proposer, patch) and the
+    sealed prediction it is judged against."""
     p.add_argument("--cuda-graphs", "--graph-mode", dest="cuda_graphs", action="store_true",
                    help="GPU: CUDA graphs + torch.compile instead of the paper's eager mode "
                         "(recorded in the manifest)")
@@ -224,95 +231,103 @@ def _measure(parser, cfg, measure) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help="measure the γ × batch × workload grid into runs/",
-                           description="Measure the γ × batch × workload grid with the real "
-                           "vLLM engine and write one immutable run. Interrupted? Re-run with "
-                           "--resume RUN_DIR.")
-    _sweep_args(sweep)
-    over = sub.add_parser("overhead", help="benchmark the cost of the in-line counter reads")
-    over.add_argument("--model", type=cliargs.model_ref)
-    over.add_argument("--pairs", type=cliargs.positive_int, default=8,
-                      help="alternating pairs (8)")
-    over.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
-    micro = sub.add_parser("microbench", help="time the engine's kernels at the verify shapes "
-                           "(the verify cost d of the headline model)",
-                           description="Microbenchmark the linear layers vLLM's CPU backend "
-                           "dispatches (and attention) at N and N(γ+1) rows, with the engine's "
-                           "threads on its cores (VLLM_CPU_OMP_THREADS_BIND; default one thread "
-                           "on core 0); writes a 'microbench' run.")
-    micro.add_argument("--model", type=cliargs.model_ref)
-    micro.add_argument("--dtype", type=cliargs.dtype, default=None, help=FAST_DTYPE_HELP)
-    micro.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
-    micro.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
-    micro.add_argument("--context", type=cliargs.positive_int, default=900,
-                       help="cached tokens (900)")
-    micro.add_argument("--repeats", type=cliargs.positive_int, default=30,
-                       help="timed calls per kernel (30)")
-    micro.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
-    loss = sub.add_parser("lossless", help="test whether speculation leaves the sampled output "
-                          "distribution unchanged (temperature > 0)",
-                          description="Seeded samples of one prompt with and without n-gram "
-                          "speculation at each temperature, and a permutation test of "
-                          "equal distributions; writes a 'lossless' run.")
-    loss.add_argument("--model", type=cliargs.model_ref)
-    loss.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
-                      help=FAST_DTYPE_HELP)
-    loss.add_argument("--gamma", type=cliargs.positive_int, default=4)
-    loss.add_argument("--workload", choices=("repeat", "open", "edit"), default="repeat",
-                      help="the prompt sampled (repeat: copying, few distinct outputs; open: "
-                           "many)")
-    loss.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
-    loss.add_argument("--samples", type=cliargs.positive_int, default=48,
-                      help="samples per arm (48)")
-    loss.add_argument("--tokens", type=cliargs.positive_int, default=24,
-                      help="compared positions (24)")
-    loss.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
-    _engine_patch_arg(loss)
-    plan = sub.add_parser("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION)
-    plan_cli.add_arguments(plan)
-    pred = sub.add_parser("predict", help=predict_cli.HELP, description=predict_cli.DESCRIPTION)
-    predict_cli.add_arguments(pred)
-    serve = sub.add_parser("serve-bench", help="a real vLLM server under load from vLLM's own "
-                           "benchmark client (a 'serving' run)",
-                           description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
-                           "with vLLM's benchmark client at each level, write a 'serving' "
-                           "run, each level kept as it finishes. Interrupted? Re-run with "
-                           "--resume RUN_DIR.")
-    _serve_args(serve)
-    export = sub.add_parser(
-        "spec-bench-prompts", help="write Spec-Bench prompts as an operator's prompt file "
-        "(the stand-in for your own prompts in plan --workload-file and serve-bench)",
-        description="Write COUNT prompts of a Spec-Bench category (first turn; after the first "
-        "SKIP of the order a short sweep measures) to OUT in vLLM's custom-dataset JSONL, with "
-        "each question id beside its prompt. Keep OUT outside the project: the prompts are "
-        "Spec-Bench's, and runs record only the file's hash and the ids.")
-    export.add_argument("category", help="a Spec-Bench category (multi-turn, translation, "
-                        "summarization, qa, math_reasoning, rag)")
-    export.add_argument("--count", type=cliargs.positive_int, default=40, help="prompts (40)")
-    export.add_argument("--skip", type=int, default=10, help="prompts skipped first, so the set "
-                        "is not one a sweep measured (10)")
-    export.add_argument("--spec-bench", default=None, help="question.jsonl (default: "
-                        "$SPECBENCH_SPEC_BENCH, else ../shared/data/spec_bench/question.jsonl)")
-    export.add_argument("--out", required=True, help="the JSONL to write")
-    from specbench.cli import draft as draft_cli
-    draft = sub.add_parser("draft", help=draft_cli.HELP, description=draft_cli.DESCRIPTION)
-    draft_cli.add_arguments(draft)
-    from specbench.cli import steps as steps_cli
-    steps = sub.add_parser("steps", help=steps_cli.HELP, description=steps_cli.DESCRIPTION)
-    steps_cli.add_arguments(steps)
-    lst = sub.add_parser("runs", help="list the runs in the store")
-    lst.add_argument("--root", type=cliargs.existing_dir, default=STORE)
-    clu = sub.add_parser("cluster", help="run a notebook's grid on Slurm as job arrays "
-                         "(submit, status, collect, resubmit)")
-    from specbench.cli.cluster import add_arguments as _cluster_arguments
-    _cluster_arguments(clu)
+    parser, commands = _parser()
     args = parser.parse_args(argv)
     _check_default_root(args)
+    return _run(parser, commands, args)
 
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command line, and each command's own parser by name (a command reports its errors
+    through its own, so the usage line printed is that command's)."""
+    parser = argparse.ArgumentParser(prog="specbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, argparse.ArgumentParser] = {}
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        commands[name] = sub.add_parser(name, **kwargs)
+        return commands[name]
+    _sweep_args(command("sweep", help="measure the γ × batch × workload grid into runs/",
+                        description="Measure the γ × batch × workload grid with the real "
+                        "vLLM engine and write one immutable run. Interrupted? Re-run with "
+                        "--resume RUN_DIR."))
+    _overhead_args(command("overhead", help="benchmark the cost of the in-line counter reads"))
+    _microbench_args(command(
+        "microbench", help="time the engine's kernels at the verify shapes (the verify cost d "
+        "of the headline model)",
+        description="Microbenchmark the linear layers vLLM's CPU backend dispatches (and "
+        "attention) at N and N(γ+1) rows, with the engine's threads on its cores "
+        "(VLLM_CPU_OMP_THREADS_BIND; default one thread on core 0); writes a 'microbench' run."))
+    _lossless_args(command(
+        "lossless", help="test whether speculation leaves the sampled output distribution "
+        "unchanged (temperature > 0)",
+        description="Seeded samples of one prompt with and without n-gram speculation at each "
+        "temperature, and a permutation test of equal distributions; writes a 'lossless' run."))
+    plan_cli.add_arguments(command("plan", help=plan_cli.HELP, description=plan_cli.DESCRIPTION))
+    predict_cli.add_arguments(command("predict", help=predict_cli.HELP,
+                                      description=predict_cli.DESCRIPTION))
+    _serve_args(command("serve-bench", help="a real vLLM server under load from vLLM's own "
+                        "benchmark client (a 'serving' run)",
+                        description="Start a vLLM OpenAI server on 127.0.0.1 per γ, load it "
+                        "with vLLM's benchmark client at each level, write a 'serving' "
+                        "run, each level kept as it finishes. Interrupted? Re-run with "
+                        "--resume RUN_DIR."))
+    prompt_file_cli.add_arguments(command("spec-bench-prompts", help=prompt_file_cli.HELP,
+                                          description=prompt_file_cli.DESCRIPTION))
+    from specbench.cli import draft as draft_cli
+    draft_cli.add_arguments(command("draft", help=draft_cli.HELP,
+                                    description=draft_cli.DESCRIPTION))
+    from specbench.cli import steps as steps_cli
+    steps_cli.add_arguments(command("steps", help=steps_cli.HELP,
+                                    description=steps_cli.DESCRIPTION))
+    command("runs", help="list the runs in the store").add_argument(
+        "--root", type=cliargs.existing_dir, default=STORE)
+    from specbench.cli.cluster import add_arguments as cluster_arguments
+    cluster_arguments(command("cluster", help="run a notebook's grid on Slurm as job arrays "
+                              "(submit, status, collect, resubmit)"))
+    return parser, commands
+
+
+def _overhead_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=cliargs.model_ref)
+    p.add_argument("--pairs", type=cliargs.positive_int, default=8, help="alternating pairs (8)")
+    p.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
+
+
+def _microbench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=cliargs.model_ref)
+    p.add_argument("--dtype", type=cliargs.dtype, default=None, help=FAST_DTYPE_HELP)
+    p.add_argument("--batches", type=cliargs.batch_list, default=(1, 4))
+    p.add_argument("--gammas", type=cliargs.gamma_list, default=(0, 2, 4, 6))
+    p.add_argument("--context", type=cliargs.positive_int, default=900,
+                   help="cached tokens (900)")
+    p.add_argument("--repeats", type=cliargs.positive_int, default=30,
+                   help="timed calls per kernel (30)")
+    p.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
+
+
+def _lossless_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=cliargs.model_ref)
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
+                   help=FAST_DTYPE_HELP)
+    p.add_argument("--gamma", type=cliargs.positive_int, default=4)
+    p.add_argument("--workload", choices=("repeat", "open", "edit"), default="repeat",
+                   help="the prompt sampled (repeat: copying, few distinct outputs; open: many)")
+    p.add_argument("--temperatures", type=_floats, default=(0.0, 0.5, 1.0))
+    p.add_argument("--samples", type=cliargs.positive_int, default=48,
+                   help="samples per arm (48)")
+    p.add_argument("--tokens", type=cliargs.positive_int, default=24,
+                   help="compared positions (24)")
+    p.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE)
+    _engine_patch_arg(p)
+
+
+def _run(parser: argparse.ArgumentParser, commands: dict[str, argparse.ArgumentParser],
+         args) -> int:
+    """Run the parsed command; its exit status."""
+    own = commands[args.command]
     if args.command == "sweep":
-        return _sweep(sweep, args)
+        return _sweep(own, args)
     elif args.command == "overhead":
         from specbench.measure.overhead import run_overhead
         run = run_overhead(model=args.model, pairs=args.pairs, root=str(args.root))
@@ -332,26 +347,19 @@ def main(argv=None) -> int:
                              engine_patch=args.engine_patch)
         _measure(parser, cfg, run_lossless)
     elif args.command == "plan":
-        return plan_cli.run(args, plan)
+        return plan_cli.run(args, own)
     elif args.command == "predict":
-        return predict_cli.run(args, pred)
+        return predict_cli.run(args, own)
     elif args.command == "cluster":
         from specbench.cli.cluster import main as cluster_main
-        return cluster_main(args, clu)
+        return cluster_main(args, own)
     elif args.command == "serve-bench":
-        return _serve_bench(serve, args)
+        return _serve_bench(own, args)
     elif args.command == "spec-bench-prompts":
-        from specbench.measure.workloads.spec_bench import write_prompt_file
-        try:
-            ids = write_prompt_file(args.category, args.count, args.out, args.skip,
-                                    args.spec_bench)
-        except (ValueError, FileNotFoundError, OSError) as exc:
-            export.error(str(exc))
-        print(f"{args.out}: {len(ids)} {args.category} prompts, question ids {ids}")
-    elif args.command == "draft":
-        return draft_cli.run(args, draft)
-    elif args.command == "steps":
-        return steps_cli.run(args, steps)
+        return prompt_file_cli.run(args, own)
+    elif args.command in ("draft", "steps"):
+        from specbench.cli import draft as draft_cli, steps as steps_cli
+        return (draft_cli if args.command == "draft" else steps_cli).run(args, own)
     elif args.command == "runs":
         return _list_runs(args.root)
     return 0

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from specbench.cli.predict import open_calibration
-from specbench.report.plan import own_prompts as plan
+from specbench.report.plan import own_prompts
 from specbench.store.runs import Run, load_runs, open_run
 
 __all__ = ["run"]
@@ -70,7 +70,7 @@ def _inputs(args):
     micro = _microbench(Path(args.microbench) if args.microbench else None, calibration)
     cells = run_cells(calibration)
     verify = micro.table("verify.csv") if micro is not None else None
-    if plan.measured_costs(cells, verify).empty:
+    if own_prompts.measured_costs(cells, verify).empty:
         raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell with "
                          "speculation to measure this host's step cost from")
     requests = source.candidates()[:args.prompts] if args.prompts else source.candidates()
@@ -106,8 +106,9 @@ def run(args, p: argparse.ArgumentParser) -> int:
     if result.rows.empty:
         _fail(p, f"{args.workload_file}: no prompt fits the context of "
                  f"{settings.max_model_len} tokens with its output")
-    table = plan.predict_plan(result.rows, cells, verify, sorted(args.gammas), args.batches)
-    recs = plan.recommend(table)
+    table = own_prompts.predict_plan(result.rows, cells, verify, sorted(args.gammas),
+                                     args.batches)
+    recs = own_prompts.recommend_per_batch(table)
     answer = _answer(calibration, micro, settings, table, recs, result,
                      time.perf_counter() - started)
     print(json.dumps(answer, default=_jsonable) if args.json else _text(answer, table, recs))
@@ -122,8 +123,8 @@ def _jsonable(value):
 
 def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
     from specbench.engine.vllm_engine import engine_version, speculative_config_has
-    static = plan.static_gamma(table)
-    schedule = plan.batch_schedule(recs, settings.max_num_seqs)
+    static = own_prompts.static_gamma(table)
+    schedule = own_prompts.batch_schedule(recs, settings.max_num_seqs)
     model, dtype = calibration.manifest["model"]["path"], settings.dtype
     recorded = calibration.manifest["engine"]["settings"]
     has_schedule = speculative_config_has("num_speculative_tokens_per_batch_size")
@@ -137,11 +138,11 @@ def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
         "predictions": table.to_dict(orient="records"),
         "recommendation": recs.to_dict(orient="records"),
         "static_gamma": static,
-        "serve_static": plan.serve_command(model, dtype, static, recorded,
-                                           max_num_seqs=settings.max_num_seqs),
+        "serve_static": own_prompts.serve_command(model, dtype, static, recorded,
+                                                  max_num_seqs=settings.max_num_seqs),
         "batch_schedule": schedule,
-        "serve_dynamic": (plan.serve_command(model, dtype, max(g for *_, g in schedule),
-                                             recorded, schedule, settings.max_num_seqs)
+        "serve_dynamic": (own_prompts.serve_command(model, dtype, max(g for *_, g in schedule),
+                                                    recorded, schedule, settings.max_num_seqs)
                           if schedule and has_schedule else None),
         "engine": {**engine_version(), "has_batch_schedule": has_schedule,
                    "schedule_probe": None if probe is None else {
@@ -153,13 +154,13 @@ def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
 
 
 def _interval(point, low, high) -> str:
-    r = plan.rounded
+    r = own_prompts.rounded
     return f"{r(point)} [{r(low)}, {r(high)}]"
 
 
 def _text(answer: dict, table, recs) -> str:
     p, e = answer["pass"], answer["engine"]
-    r = plan.rounded
+    r = own_prompts.rounded
     lines = [f"plan for {p['prompts']} prompts on {answer['calibration']['sku']}, calibration "
              f"{answer['calibration']['sweep']} (step cost), microbenchmark "
              f"{answer['calibration']['microbench'] or 'none (c linear in γ)'}",

@@ -69,4 +69,28 @@ def run(args, parser: argparse.ArgumentParser) -> int:
         errors = percent_error(model.predict(other), other["duration_s"].to_numpy())
         print(f"on {args.predict.name} ({len(other)} steps), median |error| per class (%):")
         print(_per_class(other, errors).round(2).to_string())
+        _cells(model, args.predict)
     return 0
+
+
+def _cells(model, path) -> None:
+    """The second run's cells predicted from their steps: time per output token and speedup
+    over the paired γ=0 cell, mean absolute error per batch."""
+    from specbench.store.runs import open_run
+    from specbench.theory.errors import mape, percent_error
+    from specbench.theory.step_time import predict_cells
+    run = open_run(path)
+    cells = run.table("cells.csv")
+    cells = cells[(cells["status"] == "ok") & cells["emitted_per_step"].notna()]
+    predicted = predict_cells(model, cells, run.manifest["grid"]["max_tokens"])
+    measured_pot = cells["pot_ms"].to_numpy() / 1e3
+    print("cells predicted from their steps: MAPE per batch (%)")
+    for batch in sorted(cells["batch"].unique()):
+        at = (cells["batch"] == batch).to_numpy()
+        spec = at & (cells["gamma"] > 0).to_numpy()
+        pot = mape(predicted["pot_s"].to_numpy()[at], measured_pot[at])
+        speed = mape(predicted["speedup"].to_numpy()[spec], cells["speedup"].to_numpy()[spec])
+        worst = abs(percent_error(predicted["speedup"].to_numpy()[spec],
+                                  cells["speedup"].to_numpy()[spec])).max()
+        print(f"  batch {batch}: time per token {pot:.1f}, speedup {speed:.1f} "
+              f"(worst {worst:.1f}, {spec.sum()} speculative cells)")

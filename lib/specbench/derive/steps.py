@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specbench.engine.step_records import read_step_records
+from specbench.store.step_records import read_step_records
 
 __all__ = ["STEP_RECORDS", "call_windows", "probe_windows", "step_table", "has_step_records"]
 
@@ -67,7 +67,7 @@ def _engine_steps(run_path: Path) -> pd.DataFrame:
 
 def _assign(steps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Each step's call: the window on its engine that contains the step's start."""
-    out = steps.assign(**{c: pd.NA for c in CALL_COLUMNS})
+    out = steps.assign(**{c: pd.NA for c in CALL_COLUMNS}, window=np.nan)
     for gamma, group in windows.groupby("engine_gamma"):
         on_engine = out.index[out["engine_gamma"] == gamma]
         starts = out.loc[on_engine, "t_start_ns"].to_numpy()
@@ -77,6 +77,7 @@ def _assign(steps: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         hit = on_engine[inside]
         for column in CALL_COLUMNS:
             out.loc[hit, column] = w[column].to_numpy()[slot[inside]]
+        out.loc[hit, "window"] = w["start_ns"].to_numpy()[slot[inside]]
     return out
 
 

@@ -159,6 +159,28 @@ def _gpu_profiles(path: str, load_format: str, tokens: int, reps: int, traces: P
             yield rep, n, prof, prof.wall_ms, 0.0
 
 
+def _manifest(embedded: str, models: list, tokens: int, reps: int, gpu: bool) -> dict:
+    """The run's manifest: the grid, both models with their shapes, and the profiler."""
+    import os
+
+    from specbench.engine.hardware import model_shape
+    from specbench.measure.contract import contract
+    manifest = contract("hostfloor", embedded, "bfloat16")
+    manifest.update(
+        grid={"tokens": [1, tokens], "reps": reps, "workload": "repeat", "batch": 1,
+              "gamma": 0, "method": method(gpu)},
+        models=[{"label": label, "path": path,
+                 "weights": "pretrained" if fmt == "auto" else
+                            "random (vLLM load_format=dummy): timing only, never acceptance",
+                 "shape": model_shape(path, "bfloat16")} for label, path, fmt in models],
+        compute_families=None if gpu else COMPUTE_FAMILIES,
+        profiler=({"tool": "nsys", "command": nsys_command("REPORT", ["CHILD"]),
+                   "stats": nsys_stats_command("REPORT.nsys-rep", "PREFIX"), "env": NSYS_ENV}
+                  if gpu else {"tool": "torch.profiler in vLLM's engine-core worker"}),
+        load={"loadavg_at_start": os.getloadavg()})
+    return manifest
+
+
 def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = True,
                    large_shape: dict | None = None):
     """Profile the embedded model and a random-weight larger one at 1 and ``tokens`` new
@@ -171,8 +193,7 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
     from tqdm import tqdm
 
     from specbench.engine.assets import cache_dir, embedded_model_dir
-    from specbench.engine.hardware import model_shape, on_gpu
-    from specbench.measure.contract import contract
+    from specbench.engine.hardware import on_gpu
     from specbench.store.runs import DEFAULT_ROOT, create_run
 
     if tokens < 2 or reps < 1:
@@ -187,20 +208,8 @@ def run_host_floor(tokens: int = 64, reps: int = 3, root=None, progress: bool = 
                                 cache_dir() / "models" / "smollm2-1.7b-shape-random")
     models = [("SmolLM2-135M (pretrained)", embedded, "auto"),
               ("SmolLM2-1.7B shape (random weights)", str(large), "dummy")]
-    manifest = contract("hostfloor", embedded, "bfloat16")
-    manifest.update(
-        grid={"tokens": [1, tokens], "reps": reps, "workload": "repeat", "batch": 1,
-              "gamma": 0, "method": method(gpu)},
-        models=[{"label": label, "path": path,
-                 "weights": "pretrained" if fmt == "auto" else
-                            "random (vLLM load_format=dummy): timing only, never acceptance",
-                 "shape": model_shape(path, "bfloat16")} for label, path, fmt in models],
-        compute_families=None if gpu else COMPUTE_FAMILIES,
-        profiler=({"tool": "nsys", "command": nsys_command("REPORT", ["CHILD"]),
-                   "stats": nsys_stats_command("REPORT.nsys-rep", "PREFIX"), "env": NSYS_ENV}
-                  if gpu else {"tool": "torch.profiler in vLLM's engine-core worker"}),
-        load={"loadavg_at_start": os.getloadavg()})
-    run = create_run(Path(root or DEFAULT_ROOT), manifest)
+    run = create_run(Path(root or DEFAULT_ROOT),
+                     _manifest(embedded, models, tokens, reps, gpu))
     steps, families = [], []
     bar = tqdm(total=len(models) * reps, desc="host floor", unit="rep", disable=not progress)
     measure = _gpu_profiles if gpu else _cpu_profiles

@@ -104,12 +104,26 @@ def _sample(engine, prompt, cfg, temperature):
     return engine.generate([prompt] * cfg.samples, cfg.tokens, sampling)
 
 
+def _manifest(cfg: LosslessConfig, model: str) -> dict:
+    """The run's manifest: the grid, the test and how the samples are seeded."""
+    from specbench.measure.contract import contract
+    return {**contract("lossless", model, cfg.dtype, engine_patch=cfg.engine_patch,
+                       enable_prefix_caching=True, max_num_seqs=cfg.samples),
+            "grid": {"gamma": cfg.gamma, "workload": cfg.workload,
+                     "temperatures": list(cfg.temperatures), "samples": cfg.samples,
+                     "tokens": cfg.tokens},
+            "test": {"statistic": "mean over positions of the total-variation distance "
+                                  "between the arms' per-position token distributions",
+                     "null": f"permutation of arm labels, {PERMUTATIONS} permutations",
+                     "level": LEVEL},
+            "seeding": SEEDING}
+
+
 def run_lossless(cfg: LosslessConfig, progress: bool = True):
     """Seeded samples with and without speculation at each temperature, into a 'lossless' run."""
     from tqdm import tqdm
 
     from specbench.measure.workloads import builtin as workloads
-    from specbench.measure.contract import contract
     from specbench.engine.vllm_engine import Engine, EngineSettings
     from specbench.store.runs import DEFAULT_ROOT, create_run
 
@@ -118,17 +132,7 @@ def run_lossless(cfg: LosslessConfig, progress: bool = True):
     if not model:
         from specbench.engine.assets import embedded_model_dir
         model = str(embedded_model_dir())
-    manifest = {**contract("lossless", model, cfg.dtype, engine_patch=cfg.engine_patch,
-                           enable_prefix_caching=True, max_num_seqs=cfg.samples),
-                "grid": {"gamma": cfg.gamma, "workload": cfg.workload,
-                         "temperatures": list(cfg.temperatures), "samples": cfg.samples,
-                         "tokens": cfg.tokens},
-                "test": {"statistic": "mean over positions of the total-variation distance "
-                                      "between the arms' per-position token distributions",
-                         "null": f"permutation of arm labels, {PERMUTATIONS} permutations",
-                         "level": LEVEL},
-                "seeding": SEEDING}
-    run = create_run(cfg.root or DEFAULT_ROOT, manifest)
+    run = create_run(cfg.root or DEFAULT_ROOT, _manifest(cfg, model))
     rows, verdicts = [], []
     bar = tqdm(total=2 * len(cfg.temperatures), desc="lossless", disable=not progress)
     # The samples share one prompt: prefix caching prefills it once per arm (nothing here is

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["ROWS", "PREFILLS", "OUTPUT", "probe_text_ids", "arrivals", "run_probe"]
+__all__ = ["ROWS", "PREFILLS", "OUTPUT", "probe_text_ids", "arrivals", "run_probe", "probe_into"]
 
 ROWS = (1, 2, 4, 8)
 PREFILLS = (64, 256, 1024)
@@ -62,3 +62,12 @@ def run_probe(engine) -> dict:
         start, end = engine.drive(schedule)
         windows.append({"rows": rows, "monotonic_ns": [start, end]})
     return {"gamma": engine.settings.gamma, "windows": windows}
+
+
+def probe_into(run, engine, enabled: bool) -> None:
+    """The probe in ``engine`` when ``enabled`` and the engine records its steps (a vLLM engine
+    of a sweep); its windows are appended to ``run``'s manifest (``step_probe``)."""
+    settings = getattr(engine, "settings", None)
+    if not enabled or not getattr(settings, "step_records", None):
+        return
+    run.update_manifest(step_probe=[*run.manifest.get("step_probe", []), run_probe(engine)])

@@ -33,6 +33,7 @@ from specbench.engine.hardware import roofline_sku
 from specbench.engine.vllm_engine import Engine, EngineSettings
 from specbench.measure.contract import contract
 from specbench.measure.load import ForeignCpu
+from specbench.measure.step_probe import probe_into
 from specbench.measure.sweep_config import (DEFAULT_REPS, DEFAULT_WARMUP, ENGINES,  # noqa: F401
                                             SweepConfig, cell_key)
 from specbench.measure.workloads import builtin as workloads
@@ -381,9 +382,9 @@ def _measure(run: Run, cfg: SweepConfig, model: str, todo: list, bar, interrupts
                                                             else engine, "prompt_format", ""))
                     run.write_part(cell_key(gamma, w, b, t), record)
                     bar.update()
-                _probe(run, cfg, engine)
+                probe_into(run, engine, cfg.step_probe)
         if base is not None:
-            _probe(run, cfg, base)
+            probe_into(run, base, cfg.step_probe)
     finally:
         if base is not None:
             base.close()
@@ -437,20 +438,10 @@ def _measure_shared(run: Run, cfg: SweepConfig, model: str, todo: list, bar,
             run.write_part(cell_key(gammas, w, b, t), record)
             bar.update()
         for engine in engines.values():
-            _probe(run, cfg, engine)
+            probe_into(run, engine, cfg.step_probe)
     finally:
         for engine in engines.values():
             engine.close()
-
-
-def _probe(run: Run, cfg: SweepConfig, engine) -> None:
-    """The mixed step probe in ``engine`` (when the sweep asks and the engine records its
-    steps); its windows go to the manifest's ``step_probe``."""
-    if not cfg.step_probe or not getattr(engine, "settings", None) or \
-            not engine.settings.step_records:
-        return
-    from specbench.measure.step_probe import run_probe
-    run.update_manifest(step_probe=[*run.manifest.get("step_probe", []), run_probe(engine)])
 
 
 def _error(exc) -> dict:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from specbench.theory.counters import DecodeTally, SpecCounters
 from specbench.theory import model
+from specbench.theory.errors import mape_of, percent_error
 
 __all__ = ["eq1_curves", "shortfall_split", "step_counts", "cycle_costs", "error_ablation",
            "mape_by", "roofline_d"]
@@ -120,7 +121,7 @@ def cycle_costs(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _abs_err(pred, measured) -> pd.Series:
-    return pd.Series(np.abs(model.cell_errors(pred, measured)), index=measured.index)
+    return pd.Series(np.abs(percent_error(pred, measured)), index=measured.index)
 
 
 def error_ablation(cells: pd.DataFrame) -> pd.DataFrame:
@@ -138,6 +139,6 @@ def error_ablation(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def mape_by(ablation: pd.DataFrame, by=("sku_label", "batch")) -> pd.DataFrame:
-    """Mean of the three absolute errors of :func:`error_ablation`, per group."""
+    """MAPE of the three models of :func:`error_ablation`, per group."""
     cols = ["eq1_abs_pct", "eq1_d0_abs_pct", "blind_abs_pct"]
-    return ablation.groupby(list(by))[cols].mean().reset_index()
+    return ablation.groupby(list(by))[cols].agg(mape_of).reset_index()

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from specbench.derive.noise import NOISY_HOST_CV_PCT
-from specbench.theory.predict import HEADLINE, MODELS, bootstrap_mape
+from specbench.theory.errors import mape_interval, mape_of
+from specbench.theory.predict import HEADLINE, MODELS
 
 __all__ = ["GOAL_MAPE_PCT", "GOAL_B4_MAPE_PCT", "LOSSLESS_BUILDS", "sampled_evidence",
            "GOAL_TRANSFER_PCT", "GOAL_TRANSFER_PER_SKU_PCT", "evidence", "error_table",
@@ -55,7 +56,7 @@ def _row(group: pd.DataFrame, models) -> dict:
     out = {"cells": len(group),
            "counter α": f"{group['alpha'].min():.2f}–{group['alpha'].max():.2f}"}
     for m in models:
-        mape, lo, hi = bootstrap_mape(group[f"err_{m}_pct"])
+        mape, lo, hi = mape_interval(group[f"err_{m}_pct"])
         out[f"{m} MAPE %"] = mape
         out[f"{m} 95% CI"] = f"{lo:.1f}–{hi:.1f}"
     return out
@@ -80,7 +81,7 @@ def ablation_table(cells: pd.DataFrame) -> pd.DataFrame:
         row = {"SKU": sku, "batch": batch, "cells": len(g),
                "d source": ", ".join(sorted(g["d_source"].unique()))}
         for m in MODELS:
-            row[MODELS[m]] = bootstrap_mape(g[f"err_{m}_pct"])[0]
+            row[MODELS[m]] = mape_interval(g[f"err_{m}_pct"])[0]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -92,8 +93,8 @@ def transfer_table(loso: pd.DataFrame, cost: pd.DataFrame | None = None) -> pd.D
     rows = []
     groups = list(loso.groupby(["sku", "batch"])) + [(("all", "all"), loso)]
     for (sku, batch), g in groups:
-        m, mlo, mhi = bootstrap_mape(g["model_err_pct"])
-        r, rlo, rhi = bootstrap_mape(g["ratio_err_pct"])
+        m, mlo, mhi = mape_interval(g["model_err_pct"])
+        r, rlo, rhi = mape_interval(g["ratio_err_pct"])
         row = {"held-out SKU": sku, "batch": batch, "cells": len(g), "model MAPE %": m,
                "model 95% CI": f"{mlo:.1f}–{mhi:.1f}", "ratio MAPE %": r,
                "ratio 95% CI": f"{rlo:.1f}–{rhi:.1f}", "model better": bool(m < r)}
@@ -131,7 +132,7 @@ def host_noise_table(cells: pd.DataFrame) -> pd.DataFrame:
                "host CV %": float(g["host_cv_pct"].median()),
                "noisy host": bool(g["noisy_host"].eq(True).mean() > 0.5)}
         for m in (HEADLINE, "eq1"):
-            row[f"{m} MAPE %"] = bootstrap_mape(g[f"err_{m}_pct"])[0]
+            row[f"{m} MAPE %"] = mape_interval(g[f"err_{m}_pct"])[0]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -155,11 +156,11 @@ def host_noise_summary(c: pd.DataFrame) -> dict:
             f"above {NOISY_HOST_CV_PCT:g} percent counts as noisy)")
         return out
     named = ", ".join(f"{r['SKU']} ({r['host CV %']:.1f} percent)" for _, r in noisy.iterrows())
-    m_noisy = float(c[on_noisy][f"err_{HEADLINE}_pct"].abs().mean())
-    m_quiet, lo, hi = bootstrap_mape(quiet[f"err_{HEADLINE}_pct"]) if len(quiet) else (
+    m_noisy = mape_of(c[on_noisy][f"err_{HEADLINE}_pct"])
+    m_quiet, lo, hi = mape_interval(quiet[f"err_{HEADLINE}_pct"]) if len(quiet) else (
         float("nan"),) * 3
     per_batch = "; ".join(
-        f"batch {b} {bootstrap_mape(g[f'err_{HEADLINE}_pct'])[0]:.1f} percent"
+        f"batch {b} {mape_interval(g[f'err_{HEADLINE}_pct'])[0]:.1f} percent"
         for b, g in quiet.groupby("batch"))
     goal = ("met" if hi <= GOAL_MAPE_PCT else "met by the point estimate but not by its "
             "interval" if m_quiet <= GOAL_MAPE_PCT else "missed")
@@ -208,8 +209,8 @@ def quick_sweep_summary(cells: pd.DataFrame) -> dict:
         label = g["sku_label"].iloc[0]
         per_batch = []
         for batch, at in g.groupby("batch"):
-            model_mape = float(at[f"err_{HEADLINE}_pct"].abs().mean())
-            eq1_mape = float(at["err_eq1_pct"].abs().mean())
+            model_mape = mape_of(at[f"err_{HEADLINE}_pct"])
+            eq1_mape = mape_of(at["err_eq1_pct"])
             per_batch.append(f"batch {batch}: {model_mape:.1f} against {eq1_mape:.1f}")
             if model_mape > eq1_mape:
                 worse.append(f"{label} at batch {batch}")

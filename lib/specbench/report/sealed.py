@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.store.runs import RunSchemaError, load_runs, open_run
-from specbench.theory import model
+from specbench.theory.errors import percent_change, percent_error
 from specbench.report.transfer import KEY, transfer_predictions
 
 __all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "SPEC_BENCH", "calibration_cells", "predict",
@@ -183,13 +183,13 @@ def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
         out["t_base_ms"] / out["ratio_pot_ms"])[latency_sealed]
     out["sealed_as"] = np.where(latency_sealed, "latency", "speedup")
     out["measured_speedup"] = out["paired_t_base_ms"] / out["pot_ms"]
-    out["model_speedup_err_pct"] = model.cell_errors(out["model_speedup"],
+    out["model_speedup_err_pct"] = percent_error(out["model_speedup"],
                                                      out["measured_speedup"])
-    out["ratio_speedup_err_pct"] = model.cell_errors(out["ratio_speedup"],
+    out["ratio_speedup_err_pct"] = percent_error(out["ratio_speedup"],
                                                      out["measured_speedup"])
-    out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["pot_ms"])
-    out["ratio_err_pct"] = model.cell_errors(out["ratio_pot_ms"], out["pot_ms"])
-    out["t_base_drift_pct"] = (out["sweep_t_base_ms"] / out["t_base_ms"] - 1) * 100
+    out["model_err_pct"] = percent_error(out["model_pot_ms"], out["pot_ms"])
+    out["ratio_err_pct"] = percent_error(out["ratio_pot_ms"], out["pot_ms"])
+    out["t_base_drift_pct"] = percent_change(out["sweep_t_base_ms"], out["t_base_ms"])
     return out
 
 
@@ -201,7 +201,7 @@ def drift_scaled(judged: pd.DataFrame) -> pd.DataFrame:
     did not hold from a model that did not transfer."""
     judged = judged.dropna(subset=["sweep_t_base_ms"])
     scale = judged["sweep_t_base_ms"] / judged["t_base_ms"]
-    return judged.assign(model_scaled_err_pct=model.cell_errors(
+    return judged.assign(model_scaled_err_pct=percent_error(
         judged["model_pot_ms"] * scale, judged["pot_ms"]),
-        ratio_scaled_err_pct=model.cell_errors(judged["ratio_pot_ms"] * scale,
+        ratio_scaled_err_pct=percent_error(judged["ratio_pot_ms"] * scale,
                                                judged["pot_ms"]))

@@ -24,7 +24,7 @@ import pandas as pd
 
 from specbench.report import step_cost
 from specbench.report.transfer import lends
-from specbench.theory import model
+from specbench.theory.errors import mape_of, percent_error
 
 __all__ = ["TIERS", "cpu_kind", "tier_predictions", "tier_mape"]
 
@@ -99,10 +99,10 @@ def tier_predictions(cells: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["model_err_pct"] = model.cell_errors(out["model_speedup"], out["measured_speedup"])
+    out["model_err_pct"] = percent_error(out["model_speedup"], out["measured_speedup"])
     ratio = out["ratio_speedup"].notna()
     out["ratio_err_pct"] = np.nan
-    out.loc[ratio, "ratio_err_pct"] = model.cell_errors(out.loc[ratio, "ratio_speedup"],
+    out.loc[ratio, "ratio_err_pct"] = percent_error(out.loc[ratio, "ratio_speedup"],
                                                         out.loc[ratio, "measured_speedup"])
     return out
 
@@ -114,8 +114,8 @@ def tier_mape(predictions: pd.DataFrame) -> pd.DataFrame:
     for (tier, batch), g in predictions.groupby(["tier", "batch"], sort=False):
         rows.append({"tier": tier, "batch": batch, "cells": len(g),
                      "host_sessions": g[["sku", "host_session"]].drop_duplicates().shape[0],
-                     "model_mape_pct": float(g["model_err_pct"].abs().mean()),
-                     "ratio_mape_pct": float(g["ratio_err_pct"].abs().mean())
+                     "model_mape_pct": mape_of(g["model_err_pct"]),
+                     "ratio_mape_pct": mape_of(g["ratio_err_pct"])
                      if g["ratio_err_pct"].notna().any() else np.nan})
     out = pd.DataFrame(rows)
     out["tier"] = pd.Categorical(out["tier"], TIERS, ordered=True)

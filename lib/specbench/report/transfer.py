@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from specbench.store.cache import memoised
-from specbench.theory import model
-from specbench.theory.predict import _pot, fit_host_ratio
+from specbench.theory.errors import percent_error
+from specbench.theory.predict import drafting_pot, fit_host_ratio
 
 __all__ = ["leave_one_sku_out", "held_out", "transfer_predictions", "cost_structure", "per_prompt",
            "lends",
@@ -64,8 +64,8 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
                               "divisor_pooled": "divisor_transferred",
                               "share_pooled": "share_transferred", "skus_pooled": "from_skus"})
     out["from_skus"] = out["from_skus"].astype(int)
-    out["model_pot_ms"] = _pot(out["t_base_ms"], out["d"], out["h_ms"],
-                               out["share_transferred"], out["divisor_transferred"])
+    out["model_pot_ms"] = drafting_pot(out["t_base_ms"], out["d"], out["h_ms"],
+                                       out["share_transferred"], out["divisor_transferred"])
     out["ratio_pot_ms"] = out["t_base_ms"] / out.pop("speedup_pooled")
     return out
 
@@ -98,8 +98,8 @@ def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None)
     out["per_prompt"] = False
     if requests is not None and len(requests):
         out = per_prompt(out, requests)
-    out["model_err_pct"] = model.cell_errors(out["model_pot_ms"], out["measured_pot_ms"])
-    out["ratio_err_pct"] = model.cell_errors(out["ratio_pot_ms"], out["measured_pot_ms"])
+    out["model_err_pct"] = percent_error(out["model_pot_ms"], out["measured_pot_ms"])
+    out["ratio_err_pct"] = percent_error(out["ratio_pot_ms"], out["measured_pot_ms"])
     return out
 
 

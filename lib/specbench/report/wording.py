@@ -115,7 +115,7 @@ def regime(host_share: float) -> str:
 def paired_verdict(low: float, high: float) -> str:
     """Which of two predictions did better on the same cells, from the bootstrap interval of
     the mean difference of their absolute errors (first minus second;
-    :func:`specbench.theory.predict.bootstrap_difference`): "better" when the whole interval
+    :func:`specbench.theory.errors.mape_difference`): "better" when the whole interval
     lies below zero, "worse" above it, "tie" when it spans zero or there is none."""
     if low != low or high != high:   # NaN: too few cells for an interval
         return "tie"

@@ -12,11 +12,10 @@ It pays the per-step cost once and emits, on average, αγ+1 tokens, so
                as the next refinement.
 
 Functions broadcast over numpy arrays and pandas Series and raise ``ValueError`` naming the
-argument on invalid input (α outside [0, 1], γ < 0, non-positive latency, NaN).
+argument on invalid input (α outside [0, 1], γ < 0, non-positive latency, NaN). A prediction's
+error against its measurement is :mod:`specbench.theory.errors`'s.
 """
 from __future__ import annotations
-
-import numpy as np
 
 from specbench.theory._validate import check, scalar_or_array
 
@@ -25,8 +24,6 @@ __all__ = [
     "speedup",
     "device_pass_latency",
     "alpha_from_timing",
-    "cell_errors",
-    "mape",
 ]
 
 
@@ -79,21 +76,3 @@ def alpha_from_timing(pot, t_base, gamma, d=0.0):
     gamma = check("gamma", gamma, low=0, low_open=True)
     d = check("d", d, low=-1, low_open=True)
     return scalar_or_array((t_base * (1 + d) / pot - 1) / gamma)
-
-
-def cell_errors(predicted, measured):
-    """Signed per-cell error in percent: 100·(predicted − measured)/measured.
-
-    Negative means the model under-predicts the latency (predicts faster than measured).
-    """
-    predicted = check("predicted", predicted, low=0, low_open=True)
-    measured = check("measured", measured, low=0, low_open=True)
-    return scalar_or_array(100.0 * (predicted - measured) / measured)
-
-
-def mape(predicted, measured):
-    """Mean absolute percentage error, in percent."""
-    errors = np.abs(np.asarray(cell_errors(predicted, measured), dtype=float))
-    if errors.size == 0:
-        raise ValueError("mape needs at least one cell, got none")
-    return float(errors.mean())

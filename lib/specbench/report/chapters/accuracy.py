@@ -43,12 +43,11 @@ from specbench.report.evaluation import (
 from specbench.report.transfer import leave_one_sku_out
 from specbench.report.wording import claim
 from specbench.store.runs import DEFAULT_ROOT
-from specbench.theory import model
+from specbench.theory.errors import mape, mape_interval, mape_of
 from specbench.theory.predict import (
     HEADLINE,
     MIN_IDENTIFYING_SHARE,
     MODELS,
-    bootstrap_mape,
     host_ratio_sensitivity,
 )
 
@@ -74,14 +73,14 @@ def _quoted_grid(root) -> Numbers:
     rep, opn = spec[spec["workload"] == "repeat"], spec[spec["workload"] == "open"]
     n = Numbers()
     n.add(run_ids(cells), sku0=first["sku_label"].iloc[0], n_spec_cells=len(spec),
-          mape_eq1_repeat=float(rep["err_eq1_pct"].abs().mean()),
-          mape_eq1_open=float(opn["err_eq1_pct"].abs().mean()),
-          mape_blind_repeat=float(rep["err_blind_pct"].abs().mean()),
-          mape_blind_open=float(opn["err_blind_pct"].abs().mean()),
+          mape_eq1_repeat=mape_of(rep["err_eq1_pct"]),
+          mape_eq1_open=mape_of(opn["err_eq1_pct"]),
+          mape_blind_repeat=mape_of(rep["err_blind_pct"]),
+          mape_blind_open=mape_of(opn["err_blind_pct"]),
           signed_eq1_repeat=float(rep["err_eq1_pct"].mean()),
           under_share_repeat=pct((rep["err_eq1_pct"] < 0).mean()),
-          exact_mape=float(model.mape(spec["pred_exact_ms"], spec["pot_ms"])),
-          mape_eq1_all=float(spec["err_eq1_pct"].abs().mean()),
+          exact_mape=mape(spec["pred_exact_ms"], spec["pot_ms"]),
+          mape_eq1_all=mape_of(spec["err_eq1_pct"]),
           open_over_skus=open_over_skus(accuracy_table(cells)),
           **open_over_counts(accuracy_table(cells)))
     # The exact divisor: where the gap to αγ+1 comes from. Whether a proposer ever drafts
@@ -103,7 +102,15 @@ def _quoted_grid(root) -> Numbers:
           open_b4_drafting_pct=range_phrase(pct(oc[oc["batch"] == 4]["drafting_share"].min()),
                                       pct(oc[oc["batch"] == 4]["drafting_share"].max()), ".1f"),
           max_tokens=int(sweep_run(root, first["run_id"].iloc[0]).manifest["grid"]["max_tokens"]))
-    # Per-cycle residual, with αγ+1 and with the exact divisor.
+    _add_cycle_costs(n, root, first, spec, cells)
+    _add_ablation_and_identities(n, root, first, spec, cells)
+    return n
+
+
+def _add_cycle_costs(n: Numbers, root, first: pd.DataFrame, spec: pd.DataFrame,
+                     cells: pd.DataFrame) -> None:
+    """The per-cycle residual (with αγ+1 and with the exact divisor) against the host floor,
+    and the batch-4 verify cost against the roofline's."""
     cost = curves.cycle_costs(first)
     r1 = cost[(cost["workload"] == "repeat") & (cost["batch"] == 1)]
     n.add(residual_mean_ms=float(r1["residual_alpha_ms"].mean()),
@@ -136,6 +143,12 @@ def _quoted_grid(root) -> Numbers:
     n.add(b4_roofline_worse_where=count_across(worse),
           b4_roofline_worse_count=int(sum(worse.values())),
           b4_both_directions_where=count_across(both))
+
+
+def _add_ablation_and_identities(n: Numbers, root, first: pd.DataFrame, spec: pd.DataFrame,
+                                 cells: pd.DataFrame) -> None:
+    """Eq. 1 with d = 0 and the acceptance-blind model per batch; the shortfall split and the
+    timing-derived α as guarded identities; the cross-SKU transfer."""
     # The ablation: eq. 1 with d = 0.
     abl = curves.mape_by(curves.error_ablation(first), by=["batch"]).set_index("batch")
     for b, row in abl.iterrows():
@@ -157,7 +170,6 @@ def _quoted_grid(root) -> Numbers:
     transfer_numbers = _transfer(cells)
     n.add(**transfer_numbers, transfer_pair=_pair_sentence(
         root, transfer_numbers.get("cal_run"), transfer_numbers.get("held_run")))
-    return n
 
 
 def open_over_skus(table: pd.DataFrame) -> str:
@@ -229,8 +241,8 @@ def _transfer(cells: pd.DataFrame) -> dict:
     except ValueError:   # the next SKU shares no cell with the quoted one: try the others
         return _transfer(cells[cells["sku"] != skus[1]])
     gap = (t["alpha_transferred"] - t["alpha_own"]).abs().max()
-    eq1 = float(t["model_err_pct"].abs().mean())
-    ratio = float(t["ratio_err_pct"].abs().mean())
+    eq1 = mape_of(t["model_err_pct"])
+    ratio = mape_of(t["ratio_err_pct"])
     label = dict(zip(cells["sku"], cells["sku_label"], strict=True))
     same = gap < 0.01
     run_of = dict(zip(cells["sku"], cells["run_id"], strict=True))
@@ -248,128 +260,162 @@ def _transfer(cells: pd.DataFrame) -> dict:
 
 
 def headline(cells: pd.DataFrame, loso: pd.DataFrame | None = None) -> Numbers:
-    """The accuracy chapter's numbers and words (with the run ids they came from)."""
+    """The accuracy chapter's numbers and words (with the run ids they came from), each
+    prefixed ``hm_``: this chapter also glues numbers.accuracy()."""
     n = Numbers()
-    def add(runs=(), **values):   # keys prefixed: this chapter also glues numbers.accuracy()
+
+    def add(runs=(), **values):
         n.add(runs=runs, **{f"hm_{k}": v for k, v in values.items()})
     c = evidence(cells)
     micro_runs = [r for r in dict.fromkeys(c.get("d_micro_run", pd.Series(dtype=object)))
                   if isinstance(r, str)]
     add(runs=list(dict.fromkeys(c["run_id"])) + micro_runs, cells_evaluated=int(len(c)),
-          skus_evaluated=int(c["sku"].nunique()), goal_mape=GOAL_MAPE_PCT,
-          goal_transfer=GOAL_TRANSFER_PCT,
-          micro_cells=int((c["d_source"] == "microbenchmark").sum()))
-    for m in MODELS:
-        mape, lo, hi = bootstrap_mape(c[f"err_{m}_pct"])
-        add(**{f"mape_{m}": mape, f"mape_{m}_lo": lo, f"mape_{m}_hi": hi})
-    for b, g in c.groupby("batch"):
-        for m in (HEADLINE, "eq1", "blind", "d_zero"):
-            add(**{f"b{b}_mape_{m}": bootstrap_mape(g[f"err_{m}_pct"])[0]})
-    micro = c[c["d_source"] == "microbenchmark"]
-    if len(micro):
-        mape, lo, hi = bootstrap_mape(micro[f"err_{HEADLINE}_pct"])
-        add(mape_micro=mape, mape_micro_lo=lo, mape_micro_hi=hi)
-    for b, g in c.groupby("batch"):
-        mape, lo, hi = bootstrap_mape(g[f"err_{HEADLINE}_pct"])
-        add(**{f"b{b}_mape_model_lo": lo, f"b{b}_mape_model_hi": hi, f"b{b}_cells": int(len(g))})
-    add(goal_b4_mape=GOAL_B4_MAPE_PCT,
-        goal_b4_met=("met" if n.values.get(f"hm_b4_mape_{HEADLINE}", np.inf) <= GOAL_B4_MAPE_PCT
-                     else "missed"))
-    # Batch-N cells whose runs predate decode windows carry other requests' prefill.
-    b4 = c[c["batch"] > 1]
-    removed = b4["overlap_removed"].eq(True) if "overlap_removed" in b4 \
-        else pd.Series(False, index=b4.index)
-    add(b4_windowed_cells=int(removed.sum()), b4_overlap_cells=int((~removed).sum()),
-        b4_windowed_mape=float(b4[removed][f"err_{HEADLINE}_pct"].abs().mean())
-        if removed.any() else float("nan"),
-        b4_overlap_mape=float(b4[~removed][f"err_{HEADLINE}_pct"].abs().mean())
-        if (~removed).any() else float("nan"))
-    worst = c.reindex(c[f"err_{HEADLINE}_pct"].abs().sort_values(ascending=False).index).head(3)
-    add(worst_cells="; ".join(f"{r.sku_label}, '{r.workload}' γ={int(r.gamma)} batch "
-                              f"{int(r.batch)}: {getattr(r, f'err_{HEADLINE}_pct'):+.0f} %"
-                              for r in worst.itertuples()))
-    loaded = c["loaded"].eq(True) if "loaded" in c else \
-        pd.Series(False, index=c.index)
-    add(loaded_cells=int(loaded.sum()),
-        loaded_mape=float(c[loaded][f"err_{HEADLINE}_pct"].abs().mean()) if loaded.any()
-        else float("nan"),
-        quiet_mape=float(c[~loaded][f"err_{HEADLINE}_pct"].abs().mean()) if (~loaded).any()
-        else float("nan"))
-    unstable = c["unstable"].eq(True) if "unstable" in c else \
-        pd.Series(False, index=c.index)
-    add(unstable_cells=int(unstable.sum()))
+        skus_evaluated=int(c["sku"].nunique()), goal_mape=GOAL_MAPE_PCT,
+        goal_transfer=GOAL_TRANSFER_PCT,
+        micro_cells=int((c["d_source"] == "microbenchmark").sum()))
+    mapes = _model_mapes(c)
+    add(**mapes)
+    add(**_subsets(c))
     add(**host_noise_summary(c))
     add(**quick_sweep_summary(cells))
     sens = host_ratio_sensitivity(cells)
     add(h_identified_groups=int((sens["cells"] > 0).sum()), h_groups=int(len(sens)),
         h_max_move=float(sens["max_move"].max()) if sens["max_move"].notna().any()
         else float("nan"), min_identifying_share=MIN_IDENTIFYING_SHARE)
-    # Both engines: is the same equation right on a system whose step costs are built otherwise?
-    hf = c["sku"].str.endswith("-hf")
-    if hf.any():
-        m_hf, lo_hf, hi_hf = bootstrap_mape(c[hf][f"err_{HEADLINE}_pct"])
-        m_v = float(c[~hf & (c["batch"] == 1)][f"err_{HEADLINE}_pct"].abs().mean())
-        e_hf = float(c[hf]["err_eq1_pct"].abs().mean())
-        add(hf_cells=int(hf.sum()), hf_mape=m_hf, hf_mape_lo=lo_hf, hf_mape_hi=hi_hf,
-            engines_sentence=(
-                f"On the transformers engine ({int(hf.sum())} batch-1 cells) the headline model "
-                f"errs by {m_hf:.1f} percent ({lo_hf:.1f}–{hi_hf:.1f}) and eq. 1 by {e_hf:.1f}, "
-                f"against {m_v:.1f} percent on vLLM's batch-1 cells: the same equation "
-                + ("describes both engines within the goal of "
-                   f"{GOAL_MAPE_PCT:g} percent" if max(m_hf, m_v) <= GOAL_MAPE_PCT else
-                   "describes both engines about equally well" if abs(m_hf - m_v) <=
-                   wording.CLOSE_ERRORS_PCT else
-                   f"fits {'vLLM' if m_v < m_hf else 'transformers'} clearly better")))
-    else:
-        add(hf_cells=0, engines_sentence="No run of the second engine (transformers' prompt "
-            "lookup, `make measure-transformers`) is in the store yet")
-    sampled = sampled_evidence(cells)
-    if len(sampled):
-        mape, lo, hi = bootstrap_mape(sampled[f"err_{HEADLINE}_pct"])
-        temperatures = ", ".join(f"{x:g}" for x in sorted(sampled["temperature"].unique()))
-        add(runs=list(dict.fromkeys(sampled["run_id"])), sampled_cells=int(len(sampled)),
-            sampled_mape=mape, sampled_mape_lo=lo, sampled_mape_hi=hi,
-            sampled_temperatures=temperatures,
-            sampled_goal_met="met" if mape <= GOAL_MAPE_PCT else "missed",
-            sampled_sentence=(f"On the {len(sampled)} sampled cells (T = {temperatures},"
-                              f" the patched engine) the headline model errs by {mape:.1f} percent "
-                              f"({lo:.1f}–{hi:.1f}): the goal of {GOAL_MAPE_PCT:g} percent is "
-                              f"{'met' if mape <= GOAL_MAPE_PCT else 'missed'}"))
-    else:
-        add(sampled_cells=0, sampled_sentence=(
-            "No cell sampled at temperature > 0 by the patched engine is in the store yet; "
-            "cells sampled by the engine as released are not evidence (its sampling fails "
-            "the lossless test)"))
-    add(goal_met=("met" if n[f"hm_mape_{HEADLINE}_hi"] <= GOAL_MAPE_PCT else
-                    "met by the point estimate but not by its interval"
-                    if n[f"hm_mape_{HEADLINE}"] <= GOAL_MAPE_PCT else "missed"))
-    # Which model wins where: per SKU × batch × workload group, the lower MAPE.
-    groups = c.groupby(["sku", "batch", "workload"])
-    wins = {m: 0 for m in (HEADLINE, "eq1", "blind")}
-    for _, g in groups:
-        errs = {m: g[f"err_{m}_pct"].abs().mean() for m in wins}
-        wins[min(errs, key=errs.get)] += 1
-    add(groups=int(groups.ngroups), wins_model=wins[HEADLINE], wins_eq1=wins["eq1"],
-          wins_blind=wins["blind"])
-    noise = noise_table(cells)
-    add(within_noise=int(noise["within_noise"].sum()))
-    add(eq1_vs_blind=wording.compare(n["hm_mape_eq1"], 0, n["hm_mape_blind"], 0).replace(
+    add(**_engines(c))
+    sampled_runs, sampled = _sampled(cells)
+    add(runs=sampled_runs, **sampled)
+    add(goal_met=("met" if mapes[f"mape_{HEADLINE}_hi"] <= GOAL_MAPE_PCT else
+                  "met by the point estimate but not by its interval"
+                  if mapes[f"mape_{HEADLINE}"] <= GOAL_MAPE_PCT else "missed"))
+    add(**_wins(c))
+    add(within_noise=int(noise_table(cells)["within_noise"].sum()))
+    add(eq1_vs_blind=wording.compare(mapes["mape_eq1"], 0, mapes["mape_blind"], 0).replace(
         "lower", "lower than").replace("higher", "higher than"))
     # (Per prompt at batch 1 where the caller passes it; the book does.)
     loso = leave_one_sku_out(cells) if loso is None else loso
     if len(loso):
-        m, mlo, mhi = bootstrap_mape(loso["model_err_pct"])
-        r, rlo, rhi = bootstrap_mape(loso["ratio_err_pct"])
-        add(loso_per_prompt_cells=int(loso.get("per_prompt", pd.Series(dtype=bool)).sum()),
-            loso_cells=int(len(loso)), loso_model=m, loso_model_lo=mlo, loso_model_hi=mhi,
-              loso_ratio=r, loso_ratio_lo=rlo, loso_ratio_hi=rhi,
-              loso_winner="the model" if m < r else "ratio transfer",
-              loso_goal=("met" if m <= GOAL_TRANSFER_PCT and m < r else "missed"),
-              interior_loso_cells=int(((loso["alpha_own"] > 0.1)
-                                       & (loso["alpha_own"] < 0.9)).sum()))
-        add(**_per_held_out(loso, transfer.cost_structure(cells)),
+        add(**_loso_numbers(loso), **_per_held_out(loso, transfer.cost_structure(cells)),
             threads_sentence=_threads_sentence(cells))
     return n
+
+
+def _model_mapes(c: pd.DataFrame) -> dict:
+    """Every model's MAPE with its interval, per batch, on the microbenchmarked cells, and the
+    batch-4 goal."""
+    out = {}
+    for m in MODELS:
+        mape_, lo, hi = mape_interval(c[f"err_{m}_pct"])
+        out.update({f"mape_{m}": mape_, f"mape_{m}_lo": lo, f"mape_{m}_hi": hi})
+    for b, g in c.groupby("batch"):
+        for m in (HEADLINE, "eq1", "blind", "d_zero"):
+            out[f"b{b}_mape_{m}"] = mape_interval(g[f"err_{m}_pct"])[0]
+    micro = c[c["d_source"] == "microbenchmark"]
+    if len(micro):
+        mape_, lo, hi = mape_interval(micro[f"err_{HEADLINE}_pct"])
+        out.update(mape_micro=mape_, mape_micro_lo=lo, mape_micro_hi=hi)
+    for b, g in c.groupby("batch"):
+        _, lo, hi = mape_interval(g[f"err_{HEADLINE}_pct"])
+        out.update({f"b{b}_mape_model_lo": lo, f"b{b}_mape_model_hi": hi,
+                    f"b{b}_cells": int(len(g))})
+    out.update(goal_b4_mape=GOAL_B4_MAPE_PCT,
+               goal_b4_met=("met" if out.get(f"b4_mape_{HEADLINE}", np.inf) <= GOAL_B4_MAPE_PCT
+                            else "missed"))
+    return out
+
+
+def _subsets(c: pd.DataFrame) -> dict:
+    """The headline model's MAPE on the cells a reader may doubt: batch-N cells with and
+    without decode windows, the worst three cells, loaded and quiet hosts, unstable cells."""
+    # Batch-N cells whose runs predate decode windows carry other requests' prefill.
+    b4 = c[c["batch"] > 1]
+    removed = b4["overlap_removed"].eq(True) if "overlap_removed" in b4 \
+        else pd.Series(False, index=b4.index)
+    worst = c.reindex(c[f"err_{HEADLINE}_pct"].abs().sort_values(ascending=False).index).head(3)
+    loaded = c["loaded"].eq(True) if "loaded" in c else pd.Series(False, index=c.index)
+    unstable = c["unstable"].eq(True) if "unstable" in c else pd.Series(False, index=c.index)
+    return dict(
+        b4_windowed_cells=int(removed.sum()), b4_overlap_cells=int((~removed).sum()),
+        b4_windowed_mape=mape_of(b4[removed][f"err_{HEADLINE}_pct"])
+        if removed.any() else float("nan"),
+        b4_overlap_mape=mape_of(b4[~removed][f"err_{HEADLINE}_pct"])
+        if (~removed).any() else float("nan"),
+        worst_cells="; ".join(f"{r.sku_label}, '{r.workload}' γ={int(r.gamma)} batch "
+                              f"{int(r.batch)}: {getattr(r, f'err_{HEADLINE}_pct'):+.0f} %"
+                              for r in worst.itertuples()),
+        loaded_cells=int(loaded.sum()),
+        loaded_mape=mape_of(c[loaded][f"err_{HEADLINE}_pct"]) if loaded.any()
+        else float("nan"),
+        quiet_mape=mape_of(c[~loaded][f"err_{HEADLINE}_pct"]) if (~loaded).any()
+        else float("nan"),
+        unstable_cells=int(unstable.sum()))
+
+
+def _engines(c: pd.DataFrame) -> dict:
+    """Both engines: is the same equation right on a system whose step costs are built
+    otherwise?"""
+    hf = c["sku"].str.endswith("-hf")
+    if not hf.any():
+        return dict(hf_cells=0, engines_sentence="No run of the second engine (transformers' "
+                    "prompt lookup, `make measure-transformers`) is in the store yet")
+    m_hf, lo_hf, hi_hf = mape_interval(c[hf][f"err_{HEADLINE}_pct"])
+    m_v = mape_of(c[~hf & (c["batch"] == 1)][f"err_{HEADLINE}_pct"])
+    e_hf = mape_of(c[hf]["err_eq1_pct"])
+    return dict(
+        hf_cells=int(hf.sum()), hf_mape=m_hf, hf_mape_lo=lo_hf, hf_mape_hi=hi_hf,
+        engines_sentence=(
+            f"On the transformers engine ({int(hf.sum())} batch-1 cells) the headline model "
+            f"errs by {m_hf:.1f} percent ({lo_hf:.1f}–{hi_hf:.1f}) and eq. 1 by {e_hf:.1f}, "
+            f"against {m_v:.1f} percent on vLLM's batch-1 cells: the same equation "
+            + ("describes both engines within the goal of "
+               f"{GOAL_MAPE_PCT:g} percent" if max(m_hf, m_v) <= GOAL_MAPE_PCT else
+               "describes both engines about equally well" if abs(m_hf - m_v) <=
+               wording.CLOSE_ERRORS_PCT else
+               f"fits {'vLLM' if m_v < m_hf else 'transformers'} clearly better")))
+
+
+def _sampled(cells: pd.DataFrame) -> tuple[list, dict]:
+    """The sampled cells (T > 0, patched engine) as their own group: their runs and numbers."""
+    sampled = sampled_evidence(cells)
+    if not len(sampled):
+        return [], dict(sampled_cells=0, sampled_sentence=(
+            "No cell sampled at temperature > 0 by the patched engine is in the store yet; "
+            "cells sampled by the engine as released are not evidence (its sampling fails "
+            "the lossless test)"))
+    mape_, lo, hi = mape_interval(sampled[f"err_{HEADLINE}_pct"])
+    temperatures = ", ".join(f"{x:g}" for x in sorted(sampled["temperature"].unique()))
+    met = "met" if mape_ <= GOAL_MAPE_PCT else "missed"
+    return list(dict.fromkeys(sampled["run_id"])), dict(
+        sampled_cells=int(len(sampled)), sampled_mape=mape_, sampled_mape_lo=lo,
+        sampled_mape_hi=hi, sampled_temperatures=temperatures, sampled_goal_met=met,
+        sampled_sentence=(f"On the {len(sampled)} sampled cells (T = {temperatures},"
+                          f" the patched engine) the headline model errs by {mape_:.1f} percent "
+                          f"({lo:.1f}–{hi:.1f}): the goal of {GOAL_MAPE_PCT:g} percent is "
+                          f"{met}"))
+
+
+def _wins(c: pd.DataFrame) -> dict:
+    """Which model wins where: per SKU × batch × workload group, the lower MAPE."""
+    groups = c.groupby(["sku", "batch", "workload"])
+    wins = {m: 0 for m in (HEADLINE, "eq1", "blind")}
+    for _, g in groups:
+        errs = {m: mape_of(g[f"err_{m}_pct"]) for m in wins}
+        wins[min(errs, key=errs.get)] += 1
+    return dict(groups=int(groups.ngroups), wins_model=wins[HEADLINE], wins_eq1=wins["eq1"],
+                wins_blind=wins["blind"])
+
+
+def _loso_numbers(loso: pd.DataFrame) -> dict:
+    """Leave one SKU out: the model against ratio transfer on the held-out cells."""
+    m, mlo, mhi = mape_interval(loso["model_err_pct"])
+    r, rlo, rhi = mape_interval(loso["ratio_err_pct"])
+    return dict(
+        loso_per_prompt_cells=int(loso.get("per_prompt", pd.Series(dtype=bool)).sum()),
+        loso_cells=int(len(loso)), loso_model=m, loso_model_lo=mlo, loso_model_hi=mhi,
+        loso_ratio=r, loso_ratio_lo=rlo, loso_ratio_hi=rhi,
+        loso_winner="the model" if m < r else "ratio transfer",
+        loso_goal=("met" if m <= GOAL_TRANSFER_PCT and m < r else "missed"),
+        interior_loso_cells=int(((loso["alpha_own"] > 0.1) & (loso["alpha_own"] < 0.9)).sum()))
 
 
 def _threads_sentence(cells: pd.DataFrame) -> str:

@@ -18,6 +18,7 @@ from specbench.report.chapters.base import (
 )
 from specbench.report.wording import claim
 from specbench.store.runs import DEFAULT_ROOT, load_runs
+from specbench.theory.errors import percent_change
 
 __all__ = ["numbers"]
 
@@ -50,6 +51,24 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
           floor_label=labels.iloc[0] if len(labels) else run.sku,
           tokens_n=int(run.manifest["grid"]["tokens"][-1]),
           small_label=small["model"], large_label=large["model"])
+    _add_step_split(n, per_step, families, layers)
+    base = cells[(cells["sku"] == run.sku) & (cells["gamma"] == 0) & (cells["batch"] == 1)
+                 & (cells["workload"] == "repeat")]
+    if len(base):
+        sweep_step = float(base["pot_ms"].iloc[0])
+        n.add(run_ids(base), sweep_step_ms=sweep_step,
+              sweep_agreement_pct=float(percent_change(small["unprofiled_wall_ms"],
+                                                       sweep_step)))
+    else:
+        n.add(sweep_step_ms=float("nan"), sweep_agreement_pct=float("nan"))
+    return n
+
+
+def _add_step_split(n: Numbers, per_step: pd.DataFrame, families: pd.DataFrame,
+                    layers: dict) -> None:
+    """Each model's step split into compute and host-exposed time, and whether the host part
+    stays put when the model grows."""
+    small, large = per_step.iloc[0], per_step.iloc[1]
     for name, row in (("small", small), ("large", large)):
         n.add(**{f"{name}_wall_ms": float(row["wall_ms"]),
                  f"{name}_compute_ms": float(row["compute_ms"]),
@@ -63,11 +82,11 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
                                           per_step["wall_ms"]),
                               "compute plus host-exposed time is the step's wall time"))
     host_ratio = float(large["host_ms"] / small["host_ms"])
+    invariant = (abs(percent_change(float(large["host_ms"]), float(small["host_ms"])))
+                 < wording.MODEL_SIZE_INVARIANT_PCT)
     n.add(compute_ratio=float(large["compute_ms"] / small["compute_ms"]), host_ratio=host_ratio,
-          host_invariance=("model-size invariant" if abs(host_ratio - 1) * 100
-                           < wording.MODEL_SIZE_INVARIANT_PCT else "not model-size invariant"),
-          host_vs_paper=("as the paper found on GPUs" if abs(host_ratio - 1) * 100
-                         < wording.MODEL_SIZE_INVARIANT_PCT else
+          host_invariance="model-size invariant" if invariant else "not model-size invariant",
+          host_vs_paper=("as the paper found on GPUs" if invariant else
                          "where the paper found it invariant on GPUs"),
           layers_sentence=_layers_sentence(int(layers.get(small["model"], 0)),
                                            int(layers.get(large["model"], 0))))
@@ -76,15 +95,6 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
         n.add(**{f"{name}_other_ops_ms": float(fam.get((row["model"], "host/other"), np.nan)),
                  f"{name}_outside_ms": float(fam.get((row["model"], OUTSIDE_OPERATORS),
                                                      np.nan))})
-    base = cells[(cells["sku"] == run.sku) & (cells["gamma"] == 0) & (cells["batch"] == 1)
-                 & (cells["workload"] == "repeat")]
-    if len(base):
-        sweep_step = float(base["pot_ms"].iloc[0])
-        n.add(run_ids(base), sweep_step_ms=sweep_step,
-              sweep_agreement_pct=pct(small["unprofiled_wall_ms"] / sweep_step - 1))
-    else:
-        n.add(sweep_step_ms=float("nan"), sweep_agreement_pct=float("nan"))
-    return n
 
 
 def _layers_sentence(small_layers: int, large_layers: int) -> str:

@@ -13,7 +13,7 @@ from specbench.report.chapters.base import Numbers
 from specbench.report.evaluation import GOAL_TRANSFER_PCT
 from specbench.store.hosts import PERIOD_GAP_HOURS, host_sessions
 from specbench.store.runs import DEFAULT_ROOT, load_runs
-from specbench.theory.predict import bootstrap_difference, bootstrap_mape
+from specbench.theory.errors import mape_difference, mape_interval, mape_of, percent_change
 
 
 __all__ = ["count_across", "host_numbers", "judged_sweeps", "sealed_numbers", "sealed_table",
@@ -31,8 +31,8 @@ def sealed_numbers(root, cells: pd.DataFrame | None = None) -> Numbers:
             "No SKU in the store was measured against a sealed prediction yet (`make "
             "measure-sealed`)"))
         return n
-    m, _, _ = bootstrap_mape(judged["model_speedup_err_pct"])
-    r, _, _ = bootstrap_mape(judged["ratio_speedup_err_pct"])
+    m, _, _ = mape_interval(judged["model_speedup_err_pct"])
+    r, _, _ = mape_interval(judged["ratio_speedup_err_pct"])
     skus = ", ".join(sorted(judged["sku"].unique()))
     # One verdict per SKU: pooling two sealed SKUs would hide which one carries the error.
     verdicts = [_sealed_verdict(sku, group) for sku, group in judged.groupby("sku", sort=True)]
@@ -52,13 +52,13 @@ def _sealed_verdict(sku: str, judged: pd.DataFrame) -> str:
     """One SKU's sealed judgement, as speedups: both errors, which did better only where the
     paired bootstrap interval of the difference in absolute errors excludes zero, the goal,
     the latency errors beside, and the direction of the miss."""
-    m, mlo, mhi = bootstrap_mape(judged["model_speedup_err_pct"])
-    r, rlo, rhi = bootstrap_mape(judged["ratio_speedup_err_pct"])
-    _, dlo, dhi = bootstrap_difference(judged["model_speedup_err_pct"],
+    m, mlo, mhi = mape_interval(judged["model_speedup_err_pct"])
+    r, rlo, rhi = mape_interval(judged["ratio_speedup_err_pct"])
+    _, dlo, dhi = mape_difference(judged["model_speedup_err_pct"],
                                        judged["ratio_speedup_err_pct"])
     better = _VERDICT_WORDS[wording.paired_verdict(dlo, dhi)]
-    lat_m, _, _ = bootstrap_mape(judged["model_err_pct"])
-    lat_r, _, _ = bootstrap_mape(judged["ratio_err_pct"])
+    lat_m, _, _ = mape_interval(judged["model_err_pct"])
+    lat_r, _, _ = mape_interval(judged["ratio_err_pct"])
     bias = float(judged["model_err_pct"].mean())
     slower = float((judged["model_err_pct"] < 0).mean() * 100)
     scored = ("latencies sealed, scored as speedups: the calibration's t_base over the "
@@ -77,8 +77,8 @@ def _sealed_verdict(sku: str, judged: pd.DataFrame) -> str:
         # The SKU's own γ=0 arm moved between calibration and sweep: the sealed t_base did
         # not hold, so the direction of the miss says nothing about the host cost by itself.
         scaled = sealed.drift_scaled(judged)
-        sm, _, _ = bootstrap_mape(scaled["model_scaled_err_pct"])
-        sr, _, _ = bootstrap_mape(scaled["ratio_scaled_err_pct"])
+        sm, _, _ = mape_interval(scaled["model_scaled_err_pct"])
+        sr, _, _ = mape_interval(scaled["ratio_scaled_err_pct"])
         sbias = float(scaled["model_scaled_err_pct"].mean())
         return verdict + (
             f"; but its γ=0 arm, measured again inside the sweep, ran "
@@ -128,7 +128,7 @@ _NEWEST_WORDS = {"model better": "the model predicted it better",
 def _paired(model_err, ratio_err) -> str:
     """The paired verdict of two predictions over the same cells: "model better", "ratio
     better" only where the bootstrap interval of the difference excludes zero, else "tie"."""
-    _, lo, hi = bootstrap_difference(model_err, ratio_err)
+    _, lo, hi = mape_difference(model_err, ratio_err)
     return _PAIRED[wording.paired_verdict(lo, hi)]
 
 
@@ -220,8 +220,8 @@ def sealed_table(judged: pd.DataFrame, labels: dict, sweeps: pd.DataFrame) -> pd
         sku = g["sku"].iloc[0]
         rows.append({"host session": labels.get((sku, sweeps.loc[run, "session"]), sku),
                      "cells": len(g),
-                     "model MAPE %": float(g["model_speedup_err_pct"].abs().mean()),
-                     "ratio transfer MAPE %": float(g["ratio_speedup_err_pct"].abs().mean()),
+                     "model MAPE %": mape_of(g["model_speedup_err_pct"]),
+                     "ratio transfer MAPE %": mape_of(g["ratio_speedup_err_pct"]),
                      "verdict": _paired(g["model_speedup_err_pct"], g["ratio_speedup_err_pct"]),
                      "γ=0 drift %": float(g["t_base_drift_pct"].median()),
                      "host noise %": float(sweeps.loc[run, "noise_pct"])})
@@ -263,15 +263,15 @@ def twin_summary(pairs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, p in pairs.groupby("sku", sort=False):
         spec = p[p["gamma"] > 0]
-        moved = (spec["speedup_b"] / spec["speedup_a"] - 1).abs() * 100
+        moved = percent_change(spec["speedup_b"], spec["speedup_a"]).abs()
         step = p[p["gamma"] == 0]
         rows.append({"SKU": p["sku_label"].iloc[0],
                      "hosts (A → B)": f"{p['host_a'].iloc[0].split(', ')[-1]} → "
                                       f"{p['host_b'].iloc[0].split(', ')[-1]}",
                      "cells": len(spec),
                      "γ=0 step B/A": float((step["t_base_ms_b"] / step["t_base_ms_a"]).median()),
-                     "step moved %": float(((step["t_base_ms_b"] / step["t_base_ms_a"] - 1)
-                                            .abs() * 100).median()),
+                     "step moved %": float(percent_change(step["t_base_ms_b"], step["t_base_ms_a"])
+                                           .abs().median()),
                      "speedup moved %, batch 1": float(moved[spec["batch"] == 1].median()),
                      "speedup moved %, batch 4": float(moved[spec["batch"] == 4].median())})
     return pd.DataFrame(rows)
@@ -285,7 +285,15 @@ def host_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
     requests = request_predictors(root) if requests is None else requests
     n = Numbers()
     n.add(runs=list(dict.fromkeys(every["run_id"])), hu_period_hours=PERIOD_GAP_HOURS)
-    # Three tiers: where the lent acceptance comes from, each against ratio transfer from there.
+    _add_tiers(n, every, requests)
+    _add_sealed(n, root, every)
+    _add_twins(n, every)
+    return n
+
+
+def _add_tiers(n: Numbers, every: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """Three tiers: where the lent acceptance comes from, each against ratio transfer from
+    there."""
     table = tier_table(tiers.tier_predictions(every, requests))
     lent = table[table["verdict"] != "—"]
     sentence = []
@@ -312,7 +320,10 @@ def host_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
     n.add(hu_tiers=len(tiers.TIERS), hu_same_host_model=_range(own["model MAPE %"]),
           hu_tier_sentence="; ".join(sentence) if sentence else
           "no host session can be predicted from another host's acceptance yet")
-    # Sealed verdicts, one per host session judged.
+
+
+def _add_sealed(n: Numbers, root, every: pd.DataFrame) -> None:
+    """Sealed verdicts, one per host session judged, and the newest of them."""
     judged = sealed.judged(root)
     verdicts = sealed_table(judged if len(judged) else pd.DataFrame(columns=["prediction_run"]),
                             session_labels(every), judged_sweeps(root))
@@ -336,7 +347,10 @@ def host_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
                         hu_newest_verdict=_NEWEST_WORDS[row["verdict"]],
                         hu_newest_goal="met" if row["model MAPE %"] <= goal else "missed")
         n.add([run])
-    # The same SKU on two hosts.
+
+
+def _add_twins(n: Numbers, every: pd.DataFrame) -> None:
+    """The same SKU on two hosts: how far the step and the speedups moved."""
     summary = twin_summary(twin_hosts(every))
     n.add(hu_twin_skus=len(summary), hu_twin_step_moved="—", hu_twin_b1_moved="—",
           hu_twin_b4_moved="—", hu_twin_b1_vs_step="not comparable with",
@@ -357,4 +371,3 @@ def host_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
                   "belongs to the host that measured it" if (b1 < step).all() else
                   "Here the speedup did not carry across hosts better than the step time: a "
                   "speedup quoted for a CPU is a speedup measured on one host"))
-    return n

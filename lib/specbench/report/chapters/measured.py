@@ -14,6 +14,7 @@ from specbench.report.chapters.base import (
     run_ids,
 )
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.theory.errors import mape_of, percent_change
 
 __all__ = ["numbers", "published_table", "published_summary", "sku_table"]
 
@@ -47,12 +48,12 @@ def sku_table(runs: list[Run]) -> pd.DataFrame:
     """One row per SKU: its label, its id in the store, the CPU family and model it was told
     apart by, and how many runs of each kind it holds (a table that grows with the store,
     where a paragraph would)."""
-    from specbench.report.analysis import _sku_label
+    from specbench.report.analysis import sku_label
     rows = {}
     for run in runs:
         hw = run.manifest["hardware"]
         row = rows.setdefault(run.sku, {
-            "SKU": _sku_label(run), "store folder": run.sku,
+            "SKU": sku_label(run), "store folder": run.sku,
             "CPU family, model": (f"{hw['cpu_family']}, {hw.get('cpu_model_number')}"
                                   if hw.get("cpu_family") is not None else
                                   (hw.get("gpus") or [{}])[0].get("name", "not recorded")),
@@ -73,26 +74,26 @@ def _project_values(root, cells: pd.DataFrame) -> tuple[dict, dict]:
     ours, sources = {}, {}
     for sku, group in cells.groupby("sku", sort=False):
         label = group["sku_label"].iloc[0]
-        h = analysis.headline(group)
+        h = analysis.published_quantities(group)
         spec = group[group["gamma"] > 0]
         rep = spec[spec["workload"] == "repeat"]
         values = {**h,
-                  "mape_eq1_repeat": rep["err_eq1_pct"].abs().mean(),
-                  "mape_eq1_open": spec[spec["workload"] == "open"]["err_eq1_pct"].abs().mean(),
+                  "mape_eq1_repeat": mape_of(rep["err_eq1_pct"]),
+                  "mape_eq1_open": mape_of(spec[spec["workload"] == "open"]["err_eq1_pct"]),
                   "residual_mean_ms": rep[rep["batch"] == 1]["residual_ms"].mean(),
                   **economics.worksheet_values()}
         used = run_ids(group)
         if sku != calibration:   # held out: α from the first SKU
             held = transfer.held_out(cells, calibration, sku)
-            values["transfer_mape"] = held["model_err_pct"].abs().mean()
+            values["transfer_mape"] = mape_of(held["model_err_pct"])
             used = run_ids(cells[cells["sku"] == calibration]) + used
         floor = latest_floor(root, sku)
         if floor is not None:
             per_step, _, _ = floor_split(floor)
             small, large = per_step.iloc[0], per_step.iloc[1]
             values.update(floor_host_ms=small["host_ms"], host_share_pct=100 * small["host_share"],
-                          host_size_invariance_pct=100 * abs(large["host_ms"] / small["host_ms"]
-                                                             - 1))
+                          host_size_invariance_pct=abs(percent_change(large["host_ms"],
+                                                                        small["host_ms"])))
             used.append(floor.run_id)
         ours[label] = values
         sources[label] = ", ".join(used)

@@ -111,7 +111,18 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_goodput_regret_median_pct": 100 * float(table["plan_goodput_regret"].median()),
         "pl_host": (calibration.manifest.get("host") or {}).get("host_id", "?"),
     }
-    shown = table.assign(
+    shown = _regret_by_level(table)
+    versus = under_load.predicted_vs_measured(run)
+    values.update(_prediction_numbers(versus))
+    return Numbers(values=values, runs=[run.run_id, calibration.run_id],
+                   tables={"regret_by_level": shown, "latencies": latencies,
+                           "latency_table": _latency_table(latencies), "regrets": table,
+                           "predicted_vs_measured": _versus_table(versus)})
+
+
+def _regret_by_level(table: pd.DataFrame) -> pd.DataFrame:
+    """The regret table as the chapter shows it: percent, the plan's with its interval."""
+    return table.assign(
         plan_regret=lambda t: [f"{100 * r:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" for r, lo, hi
                                in zip(t["plan_regret"], t["plan_regret_lo"],
                                       t["plan_regret_hi"], strict=True)],
@@ -125,18 +136,16 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
             "best_arm": "best arm", "best_tpot_ms": "its TPOT (ms)",
             "plan_regret": "plan regret % [95 %]", "always_g4": "always γ=4 %",
             "ratio_transfer": "ratio transfer %", "goodput": "plan goodput regret %"})
-    versus = under_load.predicted_vs_measured(run)
+
+
+def _prediction_numbers(versus: pd.DataFrame) -> dict:
+    """Each predicted speedup against the measured one: the errors, alone and extrapolated."""
     errors = versus["error_pct"].abs()
     outside = versus["batch_basis"].str.startswith("extrapolated")
-    values.update({
-        "pl_pred_n": len(versus), "pl_pred_err_median_pct": float(errors.median()),
-        "pl_pred_alone": _alone_phrase(versus, errors),
-        "pl_pred_err_worst_pct": float(errors.max()),
-        "pl_pred_extrap": _extrapolated_phrase(versus[outside], errors[outside])})
-    return Numbers(values=values, runs=[run.run_id, calibration.run_id],
-                   tables={"regret_by_level": shown, "latencies": latencies,
-                           "latency_table": _latency_table(latencies), "regrets": table,
-                           "predicted_vs_measured": _versus_table(versus)})
+    return {"pl_pred_n": len(versus), "pl_pred_err_median_pct": float(errors.median()),
+            "pl_pred_alone": _alone_phrase(versus, errors),
+            "pl_pred_err_worst_pct": float(errors.max()),
+            "pl_pred_extrap": _extrapolated_phrase(versus[outside], errors[outside])}
 
 
 def _alone_phrase(versus: pd.DataFrame, errors: pd.Series) -> str:

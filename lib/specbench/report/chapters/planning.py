@@ -24,6 +24,7 @@ from specbench.report.plan import (
 from specbench.report.transfer import leave_one_sku_out
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
+from specbench.theory.errors import percent_error
 
 __all__ = [
     "break_even_by_batch",
@@ -292,7 +293,7 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     cases = recommendation_cases(plans)
     at_rec = plans[plans["gamma"] == plans["recommended"]]
     on = at_rec[at_rec["gamma"] > 0]
-    gap = (100 * (on["pred_speedup"] / on["measured_speedup"] - 1)).abs()
+    gap = percent_error(on["pred_speedup"], on["measured_speedup"]).abs()
     spec = plans[plans["gamma"] > 0]
     be = break_even_table(root, headline)
     neg = negative_cells(root)
@@ -317,13 +318,7 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
         "n_spec_cells_all_runs": int(sum((ok_cells(r)["gamma"] > 0).sum() for r in all_sweeps)),
         "price_per_replica_hour": float(price_per_replica_hour), "itl_slo_ms": float(itl_slo_ms),
         "demand_tokens_per_s": float(demand_tokens_per_s),
-        "kv_sku": labels.get(kv["sku"], kv["sku"]), "kv_pool_gib": kv["pool_bytes"] / 2**30,
-        "kv_tokens_without": int(kv["tokens_without_draft"]),
-        "kv_tokens_with": int(kv["tokens_with_draft"]),
-        "kv_loss_pct": float(kv["capacity_loss_pct"]), "kv_draft_layers": int(kv["draft_layers"]),
-        "kv_target_layers": int(first.manifest["model_shape"]["layers"]),
-        "kv_target_bytes_per_token": int(kv["target_kv_bytes_per_token"]),
-        "kv_draft_weight_mib": kv["draft_weight_bytes"] / 2**20,
+        **_kv_numbers(kv, labels, first),
         "aggregate_phrase": _aggregate_phrase(be, labels),
     }
     for part in (_recommendation_numbers(cases, labels), _margin_numbers(spec),
@@ -335,23 +330,41 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     loso = leave_one_sku_out(headline, request_predictors(root, headline))
     regrets = regret_table(loso) if len(loso) else pd.DataFrame()
     numbers.update(_regret_numbers(regrets, labels))
-    tables = {"plans": plans.drop(columns=["sources"]), "inputs": input_table(plans),
-              "regret": regrets, "regret_summary": regret_summary(regrets) if len(regrets)
-              else pd.DataFrame(), "regret_wrong": _regret_wrong(regrets, labels),
-              "recommendations": recommendation_summary(plans),
-              "recommendation_cases": _labelled(cases, labels),
-              "recommendations_by_workload": recommendations_by_workload(cases),
-              "break_even": be, "break_even_labelled": _labelled(be, labels),
-              "break_even_by_batch": break_even_by_batch(be),
-              "break_even_exceptions": break_even_exceptions(be, labels),
-              "negative": neg, "negative_labelled": _labelled(neg, labels),
-              "negative_by_workload": negative_by_workload(neg),
-              "priced": price, "decisions": decisions,
-              "decisions_labelled": _labelled(decisions, labels),
-              "priced_by_sku": priced_by_sku(decisions, labels), "kv": kv,
-              "paid_at_zero": paid_at_zero,
-              "paid_at_zero_labelled": _labelled(paid_at_zero, labels)}
+    tables = _tables(plans, cases, regrets, be, neg, price, decisions, kv, paid_at_zero, labels)
     return Numbers(values=numbers, runs=[r.run_id for r in runs], tables=tables)
+
+
+def _kv_numbers(kv: dict, labels: dict, first) -> dict:
+    """The hypothetical draft model's KV cache against the target's, on one SKU's pool."""
+    return {"kv_sku": labels.get(kv["sku"], kv["sku"]), "kv_pool_gib": kv["pool_bytes"] / 2**30,
+            "kv_tokens_without": int(kv["tokens_without_draft"]),
+            "kv_tokens_with": int(kv["tokens_with_draft"]),
+            "kv_loss_pct": float(kv["capacity_loss_pct"]),
+            "kv_draft_layers": int(kv["draft_layers"]),
+            "kv_target_layers": int(first.manifest["model_shape"]["layers"]),
+            "kv_target_bytes_per_token": int(kv["target_kv_bytes_per_token"]),
+            "kv_draft_weight_mib": kv["draft_weight_bytes"] / 2**20}
+
+
+def _tables(plans, cases, regrets, be, neg, price, decisions, kv, paid_at_zero,
+            labels) -> dict:
+    """The tables the chapter shows (never glued)."""
+    return {"plans": plans.drop(columns=["sources"]), "inputs": input_table(plans),
+            "regret": regrets, "regret_summary": regret_summary(regrets) if len(regrets)
+            else pd.DataFrame(), "regret_wrong": _regret_wrong(regrets, labels),
+            "recommendations": recommendation_summary(plans),
+            "recommendation_cases": _labelled(cases, labels),
+            "recommendations_by_workload": recommendations_by_workload(cases),
+            "break_even": be, "break_even_labelled": _labelled(be, labels),
+            "break_even_by_batch": break_even_by_batch(be),
+            "break_even_exceptions": break_even_exceptions(be, labels),
+            "negative": neg, "negative_labelled": _labelled(neg, labels),
+            "negative_by_workload": negative_by_workload(neg),
+            "priced": price, "decisions": decisions,
+            "decisions_labelled": _labelled(decisions, labels),
+            "priced_by_sku": priced_by_sku(decisions, labels), "kv": kv,
+            "paid_at_zero": paid_at_zero,
+            "paid_at_zero_labelled": _labelled(paid_at_zero, labels)}
 
 
 def _paid_at_zero(sweeps) -> pd.DataFrame:

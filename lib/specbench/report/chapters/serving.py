@@ -10,6 +10,7 @@ from specbench.report.serving import sweep_comparison
 from specbench.report.serving_economics import serving_tables
 from specbench.report.wording import claim
 from specbench.store.runs import Run
+from specbench.theory.errors import percent_change
 from specbench.theory.slo import GPU_SLO
 
 __all__ = ["numbers"]
@@ -74,46 +75,60 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
          & (both["client_accepted_tokens"] == both["accepted_tokens"])).sum())
     n.update(_slo_numbers(closed))
     n.update(_load_numbers(speed, cross))
-    # Batch the server ran and CPU per role.
+    n.update(_cpu_numbers(levels, closed, m))
+    n.update(_sweep_gap(levels, speed, sweep_cells))
+    return Numbers(values=n, runs=[run.run_id])
+
+
+def _cpu_numbers(levels: pd.DataFrame, closed: pd.DataFrame, m: dict) -> dict:
+    """The batch the server ran, and the CPU each role used against the cores the worker's
+    threads leave free."""
+    out = {}
     running_over_concurrency = closed["mean_running"] / closed["concurrency"]
-    n["running_over_concurrency_min"] = float(running_over_concurrency.min())
-    n["running_over_concurrency_max"] = float(running_over_concurrency.max())
-    n["worker_cores_mean"] = float(levels["cpu_worker_cores"].mean())
+    out["running_over_concurrency_min"] = float(running_over_concurrency.min())
+    out["running_over_concurrency_max"] = float(running_over_concurrency.max())
+    out["worker_cores_mean"] = float(levels["cpu_worker_cores"].mean())
     frontend = (levels["cpu_client_cores"] + levels["cpu_api_server_cores"]
                 + levels["cpu_engine_core_cores"])
-    n["frontend_cores_max"] = float(frontend.max())
-    n["frontend_cores_mean"] = float(frontend.mean())
-    n["engine_core_cores_mean"] = float(levels["cpu_engine_core_cores"].mean())
+    out["frontend_cores_max"] = float(frontend.max())
+    out["frontend_cores_mean"] = float(frontend.mean())
+    out["engine_core_cores_mean"] = float(levels["cpu_engine_core_cores"].mean())
     # The worker's OpenMP threads hold their cores; the rest is what the front end can use.
-    n["cpu_count"] = int(m["hardware"]["cpu_count"])
-    n["worker_threads"] = int(m["hardware"].get("threads", 1))
-    free = n["free_cores"] = n["cpu_count"] - n["worker_threads"]
-    n["frontend_sentence"] = (
+    out["cpu_count"] = int(m["hardware"]["cpu_count"])
+    out["worker_threads"] = int(m["hardware"].get("threads", 1))
+    free = out["free_cores"] = out["cpu_count"] - out["worker_threads"]
+    out["frontend_sentence"] = (
         "needed more than the cores the worker leaves free, so it took time from the model's"
         if frontend.max() > free else
         "all but filled the cores the worker leaves free" if frontend.max() > 0.9 * free else
         "fitted within the cores the worker leaves free")
     by_c = frontend[levels["mode"] == "concurrency"].groupby(
         levels.loc[levels["mode"] == "concurrency", "concurrency"]).mean()
-    n["frontend_trend"] = (f"went from {by_c.iloc[0]:.2f} to {by_c.iloc[-1]:.2f} cores"
-                           + (" (it grows with load)" if by_c.iloc[-1] > 1.1 * by_c.iloc[0]
-                              else " (roughly flat)" if by_c.iloc[-1] > 0.9 * by_c.iloc[0]
-                              else " (it falls with load)"))
-    n["client_cores_max"] = float(levels["cpu_client_cores"].max())
-    n["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
-    n["foreign_threshold"] = MAX_FOREIGN_CORES  # the sweep's threshold for a loaded cell
-    n["loaded_levels"] = int((levels["cpu_foreign_cores"] > MAX_FOREIGN_CORES).sum())
+    out["frontend_trend"] = (f"went from {by_c.iloc[0]:.2f} to {by_c.iloc[-1]:.2f} cores"
+                             + (" (it grows with load)" if by_c.iloc[-1] > 1.1 * by_c.iloc[0]
+                                else " (roughly flat)" if by_c.iloc[-1] > 0.9 * by_c.iloc[0]
+                                else " (it falls with load)"))
+    out["client_cores_max"] = float(levels["cpu_client_cores"].max())
+    out["foreign_cores_max"] = float(levels["cpu_foreign_cores"].max())
+    out["foreign_threshold"] = MAX_FOREIGN_CORES  # the sweep's threshold for a loaded cell
+    out["loaded_levels"] = int((levels["cpu_foreign_cores"] > MAX_FOREIGN_CORES).sum())
+    return out
+
+
+def _sweep_gap(levels: pd.DataFrame, speed: pd.DataFrame, sweep_cells) -> dict:
+    """The served speedup against the sweep's at the same batch."""
+    out = {}
     cmp = sweep_comparison(levels, speed, sweep_cells)
-    n["sweep_compared"] = len(cmp)
-    n["sweep_max_batch"] = int(sweep_cells["batch"].max()) if sweep_cells is not None and len(
+    out["sweep_compared"] = len(cmp)
+    out["sweep_max_batch"] = int(sweep_cells["batch"].max()) if sweep_cells is not None and len(
         sweep_cells) else 0
-    n["sweep_gap_median_pct"] = float("nan")
-    n["sweep_below_n"] = 0
+    out["sweep_gap_median_pct"] = float("nan")
+    out["sweep_below_n"] = 0
     if len(cmp):
-        gap = (cmp["serving_speedup"] / cmp["sweep_speedup_at_batch"] - 1) * 100
-        n["sweep_gap_median_pct"] = float(gap.abs().median())
-        n["sweep_below_n"] = int((gap < 0).sum())
-    return Numbers(values=n, runs=[run.run_id])
+        gap = percent_change(cmp["serving_speedup"], cmp["sweep_speedup_at_batch"])
+        out["sweep_gap_median_pct"] = float(gap.abs().median())
+        out["sweep_below_n"] = int((gap < 0).sum())
+    return out
 
 
 def _slo_numbers(closed: pd.DataFrame) -> dict:

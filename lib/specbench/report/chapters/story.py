@@ -83,9 +83,22 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
           b1_open_spread_max_pct=float(max(spread(r) for _, r in
                                            first[(first["workload"] == "open")
                                                  & (first["batch"] == 1)].iterrows())))
-    # Model errors over every SKU's greedy cells (a claim about the equation, not one machine).
+    _add_model_errors(n, cells)
+    _add_verify_costs(n, cells, first, b1, b4)
+    # Headings say which way the result goes, judged on every SKU (the exceptions named).
+    against = batch4_against(cells)
+    heading = (f"Against the thesis: batch 4, {wording.across(against)}." if any(against.values())
+               else f"For the thesis: batch 4, {wording.across(dict.fromkeys(against, True))}.")
+    n.add(b4_heading=heading, b4_against_count=count_of(against))
+    _add_host_floor(n, root, cells)
+    return n.merge(summary(root, cells))
+
+
+def _add_model_errors(n: Numbers, cells: pd.DataFrame) -> None:
+    """Model errors over every SKU's greedy cells (a claim about the equation, not one
+    machine)."""
     abl = curves.error_ablation(cells)
-    by_batch = abl.groupby("batch")[["eq1_abs_pct", "eq1_d0_abs_pct", "blind_abs_pct"]].mean()
+    by_batch = curves.mape_by(abl, by=["batch"]).set_index("batch")
     for b in by_batch.index:
         row = by_batch.loc[b]
         n.add(**{f"b{b}_mape_eq1": float(row["eq1_abs_pct"]),
@@ -94,6 +107,12 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
                  f"b{b}_blind_vs_eq1": error_word(row["blind_abs_pct"], row["eq1_abs_pct"]),
                  f"b{b}_d0_vs_best": error_word(row["eq1_d0_abs_pct"],
                                                  min(row["eq1_abs_pct"], row["blind_abs_pct"]))})
+
+
+def _add_verify_costs(n: Numbers, cells: pd.DataFrame, first: pd.DataFrame, b1: pd.DataFrame,
+                      b4: pd.DataFrame) -> None:
+    """The verify cost d: the roofline's, every SKU's microbenchmarked one at batch 1, and the
+    measured cost of a batch-4 step on 'repeat'."""
     d1 = float(curves.roofline_d(b1).max())
     n.add(b1_d_max_pct=pct(d1), b1_d_word=wording.size_word(d1),
           b4_d_max_pct=pct(curves.roofline_d(b4).max()))
@@ -118,11 +137,10 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
           b4_roofline_cost_hi=float(rep4["roofline_cost"].max()),
           b4_cost_word=wording.size_word(float(rep4["measured_cost"].min() - 1)),
           b4_roofline_direction=direction_phrase(rep4))
-    # Headings say which way the result goes, judged on every SKU (the exceptions named).
-    against = batch4_against(cells)
-    heading = (f"Against the thesis: batch 4, {wording.across(against)}." if any(against.values())
-               else f"For the thesis: batch 4, {wording.across(dict.fromkeys(against, True))}.")
-    n.add(b4_heading=heading, b4_against_count=count_of(against))
+
+
+def _add_host_floor(n: Numbers, root, cells: pd.DataFrame) -> None:
+    """The host floor's verdict, from the host-floor chapter's numbers."""
     floor = host_floor.numbers(root, cells)
     if "host_ratio" in floor.values:
         n.add(floor.runs, host_ratio=floor["host_ratio"], host_invariance=floor["host_invariance"],
@@ -136,6 +154,5 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
         n.add(host_size_verdict="which no host-floor run here measures")
         n.add(host_ratio=float("nan"), host_invariance="not measured",
               floor_models="between model sizes", floor_heading="The host floor.")
-    return n.merge(summary(root, cells))
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.report.plan.gamma import (
+    ModelInputs,
     model_inputs,
     next_token_divisor,
     predicted_pot,
@@ -95,30 +96,9 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
             continue
         inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
         measured = dict(zip(group["gamma"].astype(int), group["speedup"], strict=True))
-        part = []
-        for gamma in [0] + sorted(inputs.alpha_by_gamma):
-            alpha = inputs.alpha_by_gamma.get(gamma, np.nan)
-            exact = inputs.divisor_by_gamma.get(gamma)
-            divisor = 1.0 if gamma == 0 else (exact if exact else alpha * gamma + 1)
-            d = inputs.d_by_gamma.get(gamma, 0.0)
-            pot = predicted_pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms, divisor)
-            margin, margin_source = np.nan, "—"
-            if gamma > 0:
-                next_divisor, margin_source = next_token_divisor(inputs, gamma)
-                # Like with like: the counter divisor on both sides, or αγ+1 on both.
-                here = pot if margin_source == "counters" else \
-                    predicted_pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms)
-                next_pot = predicted_pot(inputs.t_base_ms, alpha, gamma + 1,
-                                inputs.d_by_gamma[gamma + 1], inputs.h_ms, next_divisor)
-                margin = inputs.t_base_ms / next_pot - inputs.t_base_ms / here
-            part.append({"run_id": run.run_id, "sku": sku, "workload": w, "batch": int(b),
-                         "gamma": gamma, "alpha": alpha, "divisor": divisor,
-                         "divisor_source": ("—" if gamma == 0 else
-                                            "counters" if exact else "αγ+1"),
-                         "d": d, "h_ms": inputs.h_ms, "t_base_ms": inputs.t_base_ms,
-                         "pred_pot_ms": pot, "pred_speedup": inputs.t_base_ms / pot,
-                         "measured_speedup": measured.get(gamma, np.nan),
-                         "marginal_speedup": margin, "marginal_divisor": margin_source})
+        part = [dict(run_id=run.run_id, sku=sku, workload=w, batch=int(b),
+                     **_gamma_row(inputs, gamma, measured))
+                for gamma in [0] + sorted(inputs.alpha_by_gamma)]
         pots = {r["gamma"]: r["pred_pot_ms"] for r in part}
         best = recommend(pots, inputs.t_base_ms)
         measured_best = recommend({g: inputs.t_base_ms / s for g, s in measured.items()
@@ -132,6 +112,31 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     frame = pd.DataFrame(rows)
     frame.attrs["skipped"] = skipped
     return frame
+
+
+def _gamma_row(inputs: ModelInputs, gamma: int, measured: dict) -> dict:
+    """One γ of a workload × batch: the prediction, its speedup beside the measured one, and
+    the predicted gain of one more drafted token."""
+    alpha = inputs.alpha_by_gamma.get(gamma, np.nan)
+    exact = inputs.divisor_by_gamma.get(gamma)
+    divisor = 1.0 if gamma == 0 else (exact if exact else alpha * gamma + 1)
+    d = inputs.d_by_gamma.get(gamma, 0.0)
+    pot = predicted_pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms, divisor)
+    margin, margin_source = np.nan, "—"
+    if gamma > 0:
+        next_divisor, margin_source = next_token_divisor(inputs, gamma)
+        # Like with like: the counter divisor on both sides, or αγ+1 on both.
+        here = pot if margin_source == "counters" else \
+            predicted_pot(inputs.t_base_ms, alpha, gamma, d, inputs.h_ms)
+        next_pot = predicted_pot(inputs.t_base_ms, alpha, gamma + 1,
+                                 inputs.d_by_gamma[gamma + 1], inputs.h_ms, next_divisor)
+        margin = inputs.t_base_ms / next_pot - inputs.t_base_ms / here
+    return {"gamma": gamma, "alpha": alpha, "divisor": divisor,
+            "divisor_source": ("—" if gamma == 0 else "counters" if exact else "αγ+1"),
+            "d": d, "h_ms": inputs.h_ms, "t_base_ms": inputs.t_base_ms,
+            "pred_pot_ms": pot, "pred_speedup": inputs.t_base_ms / pot,
+            "measured_speedup": measured.get(gamma, np.nan),
+            "marginal_speedup": margin, "marginal_divisor": margin_source}
 
 
 def format_plan(frame: pd.DataFrame) -> str:

@@ -38,9 +38,10 @@ import shlex
 import numpy as np
 import pandas as pd
 
+from specbench.report.plan.gamma import fastest, recommend, recommend_by_speedup, relative_pot
 from specbench.report.step_cost import cell_step_costs, step_costs
 
-__all__ = ["rates_at", "measured_costs", "step_cost_at", "predict_plan", "recommend",
+__all__ = ["rates_at", "measured_costs", "step_cost_at", "predict_plan", "recommend_per_batch",
            "static_gamma", "batch_schedule", "serve_command", "INTERVAL"]
 
 INTERVAL = 0.90
@@ -175,13 +176,16 @@ def predict_plan(rows: pd.DataFrame, cells: pd.DataFrame, verify: pd.DataFrame |
     return pd.DataFrame(out)
 
 
-def recommend(table: pd.DataFrame) -> pd.DataFrame:
-    """Per batch: the γ of the highest predicted speedup, or 0 (speculation off) where none is
-    above 1; ``certain`` where the interval lies wholly on the recommended side of 1."""
+def recommend_per_batch(table: pd.DataFrame) -> pd.DataFrame:
+    """Per batch: the γ the one rule (:func:`specbench.report.plan.gamma.recommend`) picks from
+    the predicted speedups — that of the highest, or 0 (speculation off) where none is above 1;
+    ``certain`` where the interval lies wholly on the recommended side of 1."""
     rows = []
     for b, mine in table.groupby("batch"):
-        best = mine.loc[mine["speedup"].idxmax()]
-        on = best["speedup"] > 1
+        pots = relative_pot(dict(zip(mine["gamma"], mine["speedup"], strict=True)))
+        chosen = recommend(pots, 1.0)
+        best = mine[mine["gamma"] == (chosen or fastest(pots))].iloc[0]
+        on = chosen > 0
         rows.append({"batch": int(b), "gamma": int(best["gamma"]) if on else 0,
                      "speedup": float(best["speedup"]) if on else 1.0,
                      "low": float(best["low"]) if on else float("nan"),
@@ -197,7 +201,7 @@ def static_gamma(table: pd.DataFrame) -> int:
     """One γ for a server whose load moves over the planned batches: the highest geometric mean
     of the predicted speedups over them, 0 where no γ's is above 1."""
     means = table.groupby("gamma")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
-    return int(means.idxmax()) if means.max() > 1 else 0
+    return recommend_by_speedup(means.to_dict())
 
 
 def batch_schedule(recommended: pd.DataFrame, max_num_seqs: int) -> list[list[int]] | None:

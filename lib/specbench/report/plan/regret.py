@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specbench.report.plan.gamma import recommend
+from specbench.theory.errors import percent_change, percent_error
+
 __all__ = ["FIXED_GAMMA", "RULES", "regret_table", "regret_summary"]
 
 FIXED_GAMMA = 4
@@ -22,8 +25,8 @@ RULES = ("planner", "ratio transfer", f"fixed γ={FIXED_GAMMA}", "always off")
 
 
 def _choose(pots: dict[int, float]) -> int:
-    best = min(pots, key=lambda g: (pots[g], g))
-    return best if pots[best] < pots[0] else 0
+    """The one γ rule on a rule's predicted pots (γ=0 is t_base)."""
+    return recommend(pots, pots[0])
 
 
 def regret_table(loso: pd.DataFrame) -> pd.DataFrame:
@@ -45,13 +48,13 @@ def regret_table(loso: pd.DataFrame) -> pd.DataFrame:
                "best γ": min(measured, key=lambda k: (measured[k], k))}
         # Why the planner chose as it did: its prediction's error at its choice and at the best.
         err = dict(zip(g["gamma"].astype(int),
-                       100 * (g["model_pot_ms"] / g["measured_pot_ms"] - 1), strict=True))
+                       percent_error(g["model_pot_ms"], g["measured_pot_ms"]), strict=True))
         err[0] = 0.0   # γ=0 is measured, not predicted
         row["planner: error at its γ %"] = err[choices["planner"]]
         row["planner: error at best γ %"] = err[row["best γ"]]
         for rule, gamma in choices.items():
             row[f"{rule}: γ"] = gamma
-            row[f"{rule}: regret %"] = (100 * (measured[gamma] / best - 1)
+            row[f"{rule}: regret %"] = (percent_change(measured[gamma], best)
                                         if gamma == gamma else np.nan)
         rows.append(row)
     return pd.DataFrame(rows)

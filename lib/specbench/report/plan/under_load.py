@@ -19,8 +19,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from specbench.report.plan.gamma import recommend_by_speedup
 from specbench.report.serving_economics import crossover_point
 from specbench.store.runs import Run
+from specbench.theory.errors import percent_error
 
 __all__ = ["has_plan", "arm_latencies", "ratio_transfer_choice", "regrets", "crossover",
            "summary", "predicted_vs_measured", "BASELINE_GAMMA"]
@@ -80,7 +82,7 @@ def ratio_transfer_choice(calibration_cells: pd.DataFrame, batch: int) -> int:
     at = below[-1] if below else batches[0]
     mine = spec[spec["batch"] == at]
     means = mine.groupby("gamma")["speedup"].apply(lambda s: float(np.exp(np.log(s).mean())))
-    return int(means.idxmax()) if means.max() > 1 else 0
+    return recommend_by_speedup({int(g): s for g, s in means.items()})
 
 
 def _arm_of(gamma: int) -> str:
@@ -202,7 +204,7 @@ def predicted_vs_measured(run: Run, seed: int = 0) -> pd.DataFrame:
                      "predicted_hi": float(p["high"]), "measured": measured,
                      "measured_lo": float(np.percentile(boot, 2.5)),
                      "measured_hi": float(np.percentile(boot, 97.5)),
-                     "error_pct": 100 * (float(p["speedup"]) / measured - 1),
+                     "error_pct": percent_error(float(p["speedup"]), measured),
                      "batch_basis": p.get("batch_basis", ""),
                      "gamma_basis": p.get("gamma_basis", "")})
     return pd.DataFrame(rows)

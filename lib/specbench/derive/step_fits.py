@@ -1,0 +1,139 @@
+"""The step-time model per host session, fitted once per store: coefficients, the held-out
+error per step class on another run of the same session, and the cells of that run predicted
+from their steps.
+
+In each host session whose sweeps kept step records, the calibration is the latest sweep that
+ran the mixed step probe (the only one whose steps identify the per-row and prefill terms), and
+every other sweep of the session with step records is a check: its steps and its cells are
+predicted from the calibration alone. A session with one such sweep has a fit and no check.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specbench.derive.steps import has_step_records, step_table
+from specbench.store.cache import memoised
+from specbench.store.hosts import host_sessions
+from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.theory.errors import percent_error
+from specbench.theory.step_time import (
+    StepTimeModel,
+    admit_terms,
+    fit_step_time,
+    predict_cells,
+    step_class,
+)
+
+__all__ = ["SessionFit", "session_fits", "fit_table", "check_steps", "check_cells",
+           "share_curve"]
+
+
+@dataclass(frozen=True)
+class SessionFit:
+    session: str
+    sku: str
+    calibration: str               # run id
+    checks: tuple[str, ...]        # run ids
+    model: StepTimeModel
+    verdicts: dict
+
+
+def _steps(run: Run) -> pd.DataFrame:
+    table = step_table(run.path, run.parts(), run.manifest.get("step_probe"))
+    return table[table["arm"].notna()].reset_index(drop=True)
+
+
+def _recorded_sweeps(root) -> list[Run]:
+    return [r for r in load_runs(root, kind="sweep") if has_step_records(r.path)]
+
+
+@memoised
+def session_fits(root=DEFAULT_ROOT) -> list[SessionFit]:
+    """One fit per host session that has a probed sweep with step records."""
+    runs = _recorded_sweeps(root)
+    sessions = host_sessions(runs)
+    fits = []
+    for session in sorted(set(sessions.values())):
+        members = [r for r in runs if sessions[r.run_id] == session]
+        probed = [r for r in members if r.manifest.get("step_probe")]
+        if not probed:
+            continue
+        calibration = probed[-1]
+        records = _steps(calibration)
+        terms, verdicts = admit_terms(records)
+        fits.append(SessionFit(session, calibration.sku, calibration.run_id,
+                               tuple(r.run_id for r in members if r is not calibration),
+                               fit_step_time(records, terms), verdicts))
+    return fits
+
+
+def _run(root, run_id: str) -> Run:
+    return next(r for r in _recorded_sweeps(root) if r.run_id == run_id)
+
+
+def fit_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per session and coefficient: value and 95 % interval, in ms per step or per
+    token."""
+    rows = [{"session": f.session, "sku": f.sku, "calibration": f.calibration,
+             "coefficient": name, "ms": 1e3 * value,
+             "low_ms": 1e3 * f.model.interval[name][0],
+             "high_ms": 1e3 * f.model.interval[name][1]}
+            for f in session_fits(root) for name, value in f.model.coef.items()]
+    return pd.DataFrame(rows)
+
+
+@memoised
+def check_steps(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Every step of every check run, with its class and its percent error as predicted by its
+    session's calibration."""
+    frames = []
+    for fit in session_fits(root):
+        for run_id in fit.checks:
+            steps = _steps(_run(root, run_id))
+            frames.append(steps.assign(
+                session=fit.session, run=run_id, step_class=step_class(steps).to_numpy(),
+                error_pct=percent_error(fit.model.predict(steps),
+                                        steps["duration_s"].to_numpy())))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+@memoised
+def check_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Every greedy cell of every check run with its time per output token and speedup
+    predicted from its steps, and their percent errors."""
+    frames = []
+    for fit in session_fits(root):
+        for run_id in fit.checks:
+            run = _run(root, run_id)
+            cells = run.table("cells.csv")
+            cells = cells[(cells["status"] == "ok") & cells["emitted_per_step"].notna()]
+            predicted = predict_cells(fit.model, cells, run.manifest["grid"]["max_tokens"])
+            frames.append(cells[["workload", "gamma", "batch", "pot_ms", "speedup"]].assign(
+                session=fit.session, run=run_id,
+                predicted_pot_ms=1e3 * predicted["pot_s"].to_numpy(),
+                predicted_speedup=predicted["speedup"].to_numpy()))
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    out["pot_error_pct"] = percent_error(out["predicted_pot_ms"], out["pot_ms"])
+    spec = out["gamma"] > 0
+    out["speedup_error_pct"] = np.where(
+        spec, percent_error(out["predicted_speedup"].where(spec, 1.0), out["speedup"]), np.nan)
+    return out
+
+
+def share_curve(model: StepTimeModel, rows=(1, 2, 4, 8), gammas=(0, 2, 6),
+                context_per_row: float = 500.0) -> pd.DataFrame:
+    """The fixed share s0/t_step of a decode step holding ``rows`` rows each verifying γ
+    drafts, at a stated context per row."""
+    grid = pd.DataFrame([{"rows": r, "gamma": g, "decode_tokens": float(r),
+                          "draft_tokens": float(r * g), "prefill_tokens": 0.0,
+                          "context_tokens": r * context_per_row}
+                         for r in rows for g in gammas])
+    grid["tokens_held"] = grid["decode_tokens"] + grid["draft_tokens"]
+    grid["t_step_ms"] = 1e3 * model.predict(grid)
+    grid["fixed_share"] = model.fixed_share(grid)
+    return grid

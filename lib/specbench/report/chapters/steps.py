@@ -1,0 +1,110 @@
+"""The step chapter's numbers: what a step costs as a function of what it holds, per host
+session, and how well that predicts another run of the same session (read from
+:mod:`specbench.derive.step_fits`; nothing here fits or predicts)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.derive.step_fits import check_cells, check_steps, fit_table, session_fits, \
+    share_curve
+from specbench.report.chapters.base import Numbers
+from specbench.store.runs import DEFAULT_ROOT
+from specbench.theory.errors import mape_of
+
+__all__ = ["STEP_GOAL_PCT", "CELL_GOAL_PCT", "numbers", "coefficients", "class_errors",
+           "cell_errors", "shares", "check_steps"]
+
+#: Issue goals: a step predicted within 5 % (median absolute, per class), a batch-4 speedup
+#: within 5 % (mean absolute).
+STEP_GOAL_PCT = 5.0
+CELL_GOAL_PCT = 5.0
+CLASSES = ("pure decode", "decode with drafts", "mixed with prefill")
+
+
+def class_errors(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Median absolute percent error per session and step class on the check runs."""
+    steps = check_steps(root)
+    if steps.empty:
+        return pd.DataFrame(columns=["session", "step_class", "steps", "median_abs_error_pct"])
+    grouped = steps.assign(abs_error=steps["error_pct"].abs()).groupby(
+        ["session", "step_class"])["abs_error"]
+    return pd.DataFrame({"steps": grouped.size(), "median_abs_error_pct": grouped.median()}
+                        ).reset_index()
+
+
+def cell_errors(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Mean absolute error of the cells' time per token and speedup, per session and batch."""
+    cells = check_cells(root)
+    if cells.empty:
+        return pd.DataFrame(columns=["session", "batch", "cells", "pot_mape_pct",
+                                     "speedup_mape_pct"])
+    rows = []
+    for (session, batch), group in cells.groupby(["session", "batch"]):
+        rows.append({"session": session, "batch": int(batch), "cells": len(group),
+                     "pot_mape_pct": mape_of(group["pot_error_pct"]),
+                     "speedup_mape_pct": mape_of(group["speedup_error_pct"])})
+    return pd.DataFrame(rows)
+
+
+def coefficients(root=DEFAULT_ROOT) -> pd.DataFrame:
+    return fit_table(root)
+
+
+def shares(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """The fixed share of a decode step per session, rows and γ (context 500 tokens a row)."""
+    frames = [share_curve(fit.model).assign(session=fit.session, sku=fit.sku)
+              for fit in session_fits(root)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _step_findings(n: Numbers, classes: pd.DataFrame) -> None:
+    worst = classes.groupby("step_class")["median_abs_error_pct"].max()
+    n.add(**{f"step_error_{c.split()[0]}": float(worst.get(c, np.nan)) for c in CLASSES},
+          step_goal=STEP_GOAL_PCT,
+          step_verdict="met" if (worst <= STEP_GOAL_PCT).all() else "missed",
+          worst_class=str(worst.idxmax()) if len(worst) else "none")
+
+
+def _cell_findings(n: Numbers, cells: pd.DataFrame) -> None:
+    by_batch = cells.groupby("batch")["speedup_mape_pct"].max()
+    n.add(cell_goal=CELL_GOAL_PCT,
+          cell_error_b1=float(by_batch.get(1, np.nan)),
+          cell_error_b4=float(by_batch.get(4, np.nan)),
+          cell_verdict_b4="met" if by_batch.get(4, np.inf) <= CELL_GOAL_PCT else "missed")
+
+
+def _share_findings(n: Numbers, fit) -> None:
+    curve = share_curve(fit.model)
+    one = curve[(curve["rows"] == 1) & (curve["gamma"] == 0)]["fixed_share"].iloc[0]
+    most = curve[(curve["rows"] == curve["rows"].max()) &
+                 (curve["gamma"] == curve["gamma"].max())]["fixed_share"].iloc[0]
+    held = curve["tokens_held"]
+    below = curve[curve["fixed_share"] < 0.5]
+    n.add(share_one_row_pct=100 * float(one), share_most_pct=100 * float(most),
+          most_rows=int(curve["rows"].max()), most_gamma=int(curve["gamma"].max()),
+          s0_ms=1e3 * fit.model.coef["s0"],
+          half_tokens=(int(below["tokens_held"].min()) if len(below) else int(held.max())),
+          stops_fixed=("the fixed part stops dominating inside the measured range"
+                       if len(below) else "the fixed part dominates every step measured"),
+          extra_terms=", ".join(t for t, v in fit.verdicts.items() if v.get("admitted"))
+          or "none")
+
+
+def numbers(root=DEFAULT_ROOT) -> Numbers:
+    """Everything the step chapter glues."""
+    n = Numbers()
+    fits = session_fits(root)
+    n.add(sessions=len(fits), checked=sum(bool(f.checks) for f in fits))
+    if not fits:
+        raise LookupError(f"{root}: no host session has a sweep with step records and the "
+                          "mixed step probe: run `make book` to measure one")
+    n.add(runs=[r for f in fits for r in (f.calibration, *f.checks)])
+    _share_findings(n, fits[-1])
+    classes, cells = class_errors(root), cell_errors(root)
+    if len(classes):
+        _step_findings(n, classes)
+    if len(cells):
+        _cell_findings(n, cells)
+    n.add(quoted_session=fits[-1].session, quoted_sku=fits[-1].sku)
+    return n

@@ -1,0 +1,41 @@
+"""Figures of the step as the unit of cost (draw only: the data come from
+:mod:`specbench.derive.step_fits`)."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+__all__ = ["fixed_share", "step_errors"]
+
+
+def fixed_share(shares: pd.DataFrame) -> alt.Chart:
+    """The fixed share s0/t_step of a decode step against the tokens it holds (one decode
+    token a row plus γ drafts a row), one line per γ, one point per batch size; one panel per
+    host session. Where a line crosses one half, the step stops being mostly fixed."""
+    base = alt.Chart(shares)
+    half = base.mark_rule(color="gray", strokeDash=[4, 4]).encode(y=alt.datum(0.5))
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("tokens_held:Q", title="tokens the step holds (rows × (1 + γ))",
+                scale=alt.Scale(type="log")),
+        y=alt.Y("fixed_share:Q", title="fixed share s0 / t_step", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("gamma:N", title="γ"),
+        tooltip=["session", "rows", "gamma", "tokens_held",
+                 alt.Tooltip("t_step_ms:Q", format=".1f"),
+                 alt.Tooltip("fixed_share:Q", format=".2f")])
+    return alt.layer(half, lines).properties(width=300, height=220).facet(
+        column=alt.Column("session:N", title="host session"), data=shares)
+
+
+def step_errors(steps: pd.DataFrame) -> alt.Chart:
+    """Each checked step's percent error against its measured time, by step class: the model
+    fitted on one run of the session predicting another."""
+    data = steps.assign(duration_ms=1e3 * steps["duration_s"])[
+        ["session", "step_class", "duration_ms", "error_pct", "rows", "gamma"]]
+    return alt.Chart(data).mark_point(opacity=0.4, size=12).encode(
+        x=alt.X("duration_ms:Q", title="measured step (ms)", scale=alt.Scale(type="log")),
+        y=alt.Y("error_pct:Q", title="predicted − measured (%)",
+                scale=alt.Scale(domain=[-30, 30], clamp=True)),
+        color=alt.Color("step_class:N", title="step class"),
+        tooltip=["session", "step_class", "rows", "gamma",
+                 alt.Tooltip("duration_ms:Q", format=".1f"),
+                 alt.Tooltip("error_pct:Q", format=".1f")]).properties(width=420, height=220)
