@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from specbench.engine import step_records
-from specbench.engine.step_records import ENV, FIELDS, count_step, read_step_records
+from specbench.engine.step_records import ENV, FIELDS, count_step
+from specbench.store import step_records as stored
+from specbench.store.step_records import read_step_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -314,3 +316,9 @@ def test_a_real_engine_records_every_step(tmp_path):
     print(f"recording overhead {share:.2e} of step time, median step "
           f"{steps['duration_ns'].median() / 1e6:.1f} ms")
     assert share <= 0.01
+
+
+def test_the_writer_and_the_reader_name_one_format():
+    from specbench.engine import step_records as written
+    assert (written.FORMAT, written.VERSION, written.FIELDS) == (
+        stored.FORMAT, stored.VERSION, stored.FIELDS)

@@ -1,0 +1,56 @@
+"""The step-time model: recovers known coefficients, leaves out what the records cannot
+identify, and admits an extra term only when held-out error drops by more than the noise."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbench.theory.step_time import admit_terms, fit_step_time, held_out_errors, step_class
+
+TRUE = {"s0": 0.030, "decode_tokens": 0.002, "draft_tokens": 0.0008,
+        "prefill_tokens": 0.00015, "context_tokens": 2e-6}
+
+
+def _records(n=400, seed=0, drafting_cost=0.0, prefill=True):
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 9, n)
+    gamma = rng.choice([0, 2, 6], n)
+    drafted = rows * gamma * (rng.random(n) < 0.7)
+    pre = rng.choice([0, 0, 0, 64, 512], n) if prefill else np.zeros(n, int)
+    ctx = rows * rng.integers(100, 1500, n)
+    r = pd.DataFrame({"rows": rows, "decode_tokens": rows, "draft_tokens": drafted,
+                      "prefill_tokens": pre, "context_tokens": ctx})
+    t = TRUE["s0"] + sum(TRUE[k] * r[k] for k in TRUE if k != "s0")
+    t = t + drafting_cost * (drafted > 0)
+    r["duration_s"] = t * (1 + rng.normal(0, 0.01, n))
+    return r
+
+
+def test_the_fit_recovers_the_coefficients_inside_its_intervals():
+    model = fit_step_time(_records(), level=0.999)   # five intervals: none may miss by chance
+    for name, value in TRUE.items():
+        low, high = model.interval[name]
+        assert low <= value <= high, name
+    assert np.median(np.abs(held_out_errors(_records(), model.terms))) < 2
+
+
+def test_a_term_that_never_varies_is_unidentified_not_guessed():
+    model = fit_step_time(_records(prefill=False))
+    assert "prefill_tokens" in model.unidentified and "prefill_tokens" not in model.coef
+    assert 0 < model.fixed_share(_records(prefill=False)).min() < 1
+
+
+def test_an_extra_term_enters_only_when_the_records_need_it():
+    terms, verdicts = admit_terms(_records(drafting_cost=0.01))
+    assert "drafting_step" in terms and verdicts["drafting_step"]["admitted"]
+    terms, verdicts = admit_terms(_records())
+    assert "drafting_step" not in terms and not verdicts["drafting_step"]["admitted"]
+
+
+def test_too_few_steps_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs more than 5 steps"):
+        fit_step_time(_records(n=4))
+
+
+def test_steps_are_classed_by_what_they_hold():
+    r = pd.DataFrame({"prefill_tokens": [0, 0, 5], "draft_tokens": [0, 3, 3]})
+    assert list(step_class(r)) == ["pure decode", "decode with drafts", "mixed with prefill"]
