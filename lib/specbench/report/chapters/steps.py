@@ -13,7 +13,7 @@ from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape_of
 
 __all__ = ["STEP_GOAL_PCT", "CELL_GOAL_PCT", "numbers", "coefficients", "class_errors",
-           "cell_errors", "shares", "check_steps"]
+           "cell_errors", "shares", "check_steps", "shown"]
 
 #: Issue goals: a step predicted within 5 % (median absolute, per class), a batch-4 speedup
 #: within 5 % (mean absolute).
@@ -48,7 +48,18 @@ def cell_errors(root=DEFAULT_ROOT) -> pd.DataFrame:
 
 
 def coefficients(root=DEFAULT_ROOT) -> pd.DataFrame:
-    return fit_table(root)
+    """Each session's coefficients with their 95 % intervals, in ms per step or per token."""
+    return fit_table(root)[["session", "coefficient", "ms", "low_ms", "high_ms"]].rename(
+        columns={"session": "host session", "low_ms": "95 % low (ms)",
+                 "high_ms": "95 % high (ms)"})
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table's columns as the chapter shows them (units in the headers)."""
+    return frame.rename(columns={
+        "session": "host session", "step_class": "step class",
+        "median_abs_error_pct": "median |error| (%)", "pot_mape_pct": "time per token MAPE (%)",
+        "speedup_mape_pct": "speedup MAPE (%)"})
 
 
 def shares(root=DEFAULT_ROOT) -> pd.DataFrame:
