@@ -7,7 +7,7 @@ import pytest
 from specbench.report import analysis
 
 from specbench.report import charts
-from specbench.report.chapters.base import first_sku
+from specbench.report.numbers import first_sku
 from specbench.store.runs import load_runs
 
 

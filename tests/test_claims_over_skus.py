@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from specbench.report import wording
-from specbench.report.chapters import accuracy, base, regimes, story
+from specbench.report import numbers as base
+from specbench.report.chapters import accuracy, regimes, story
 from specbench.store.runs import sha256_file
 
 pytestmark = pytest.mark.data

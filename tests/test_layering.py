@@ -15,6 +15,7 @@ LINT = Path(sys.executable).with_name("lint-imports")
 LAYERS = "Layers: "
 REPORT_READS_STORED_RUNS = "The report reads stored runs only"
 STORE_IS_FILE_IO = "The store is file I/O only"
+CHAPTERS_ARE_LEAVES = "Chapters are leaves"
 
 
 def _lint(lib: Path) -> subprocess.CompletedProcess:
@@ -30,7 +31,7 @@ def _broken(result: subprocess.CompletedProcess) -> list[str]:
 def test_the_tree_keeps_every_contract():
     result = _lint(ROOT / "lib")
     assert result.returncode == 0 and not _broken(result), result.stdout[-3000:]
-    for contract in (LAYERS, REPORT_READS_STORED_RUNS, STORE_IS_FILE_IO):
+    for contract in (LAYERS, REPORT_READS_STORED_RUNS, STORE_IS_FILE_IO, CHAPTERS_ARE_LEAVES):
         assert any(line.startswith(contract) and line.endswith(" KEPT")
                    for line in result.stdout.splitlines()), f"no contract {contract!r} checked"
 
@@ -41,6 +42,8 @@ def test_the_tree_keeps_every_contract():
     ("report/tables.py", "from specbench.engine import counters", REPORT_READS_STORED_RUNS),
     ("store/runs.py", "import specbench.engine", STORE_IS_FILE_IO),
     ("store/hosts.py", "from specbench.measure import contract", STORE_IS_FILE_IO),
+    ("report/chapters/index.py", "from specbench.report.chapters import story",
+     CHAPTERS_ARE_LEAVES),
 ])
 def test_an_import_across_a_contract_breaks_it(tmp_path, module, added, contract):
     copy = tmp_path / "lib"

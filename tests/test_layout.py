@@ -83,3 +83,12 @@ def test_readme_is_a_guide_of_at_most_800_words():
     # live in book/reproduce.md, history in CHANGELOG.md.
     words = len((ROOT / "README.md").read_text().split())
     assert words <= 800, f"README.md has {words} words (at most 800)"
+
+
+def test_chapters_holds_chapters_and_nothing_else():
+    """One module per book chapter in specbench.report.chapters, named as its page; shared
+    numbers live in specbench.report (a claim two chapters share is a value both read)."""
+    pages = {p.stem for p in (ROOT / "book").glob("*.md")}
+    modules = {p.stem for p in (ROOT / "lib" / "specbench" / "report" / "chapters").glob("*.py")
+               if p.stem != "__init__"}
+    assert modules <= pages, f"not chapters: {sorted(modules - pages)}"

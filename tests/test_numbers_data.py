@@ -63,7 +63,7 @@ def test_batch4_ablation_and_regime():
     s = story.numbers()
     # Pooled over every SKU's batch-4 cells eq. 1 beats the acceptance-blind model; the heading
     # follows the per-SKU judgement (against the thesis where any SKU goes against it).
-    from specbench.report.chapters.base import batch4_against, greedy_cells
+    from specbench.report.numbers import batch4_against, greedy_cells
     from specbench.store.runs import DEFAULT_ROOT
     assert s["b4_mape_eq1"] < s["b4_mape_blind"]
     against = batch4_against(greedy_cells(DEFAULT_ROOT))

@@ -40,3 +40,22 @@ def test_a_sweep_without_step_records_is_one_line_and_exit_2():
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no step records" in lines[0] and "make book" in lines[0]
+
+
+@pytest.mark.data
+def test_a_damaged_step_record_file_is_one_line_naming_it_and_exit_2(tmp_path):
+    import shutil
+    fit = session_fits(DEFAULT_ROOT)[0]
+    source = next(p for p in DEFAULT_ROOT.rglob(fit.calibration) if p.is_dir())
+    copy = tmp_path / source.parent.name / source.name
+    shutil.copytree(source, copy)
+    for path in copy.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    damaged = sorted((copy / "step_records").glob("*.jsonl"))[0]
+    lines = damaged.read_text().splitlines()
+    damaged.write_text("\n".join(lines[:3] + ['{"step": 2, "t_start_ns": "x"'] + lines[4:]))
+    done = subprocess.run([sys.executable, "-m", "specbench.cli.main", "steps", str(copy)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and damaged.name in err[0] and "line 4" in err[0]

@@ -1,11 +1,12 @@
-"""The story chapter's numbers: the study in one page, with its thesis sentence."""
+"""The study's findings, which the front page and the story chapter both state: the study in one
+page, with its thesis sentence (one derived set of values, so the two pages cannot disagree)."""
 from __future__ import annotations
 
 import pandas as pd
 
 from specbench.report import curves, wording
-from specbench.report.chapters import host_floor
-from specbench.report.chapters.base import (
+from specbench.report import floor as host_floor
+from specbench.report.numbers import (
     Numbers,
     against_base,
     batch1_verify_cost,
@@ -25,7 +26,8 @@ from specbench.report.chapters.base import (
     spread,
     sweep_run,
 )
-from specbench.report.chapters.summary import summary
+from specbench.report.host_evidence import host_numbers
+from specbench.report.summary import summary
 from specbench.store.runs import DEFAULT_ROOT
 
 __all__ = ["count_of", "numbers", "regime_summary", "thesis"]
@@ -91,7 +93,22 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
                else f"For the thesis: batch 4, {wording.across(dict.fromkeys(against, True))}.")
     n.add(b4_heading=heading, b4_against_count=count_of(against))
     _add_host_floor(n, root, cells)
+    _add_transfer(n, root)
     return n.merge(summary(root, cells))
+
+
+#: The accuracy chapter's host-unit values the front page states as they are (``i_`` prefix):
+#: speedups lent across hosts at batch 1 and 4 against ratio transfer, and the newest sealed one.
+FRONT_TRANSFER = ("hu_b1_tier_model", "hu_b1_tier_ratio", "hu_b4_tier_model", "hu_b4_tier_ratio",
+                  "hu_newest_cells", "hu_newest_model", "hu_newest_ratio", "hu_newest_verdict",
+                  "hu_newest_goal", "hu_sealed_goal")
+
+
+def _add_transfer(n: Numbers, root) -> None:
+    """Transfer and sealed speedups as the accuracy chapter judges them (one computation,
+    :func:`specbench.report.host_evidence.host_numbers`)."""
+    hosts = host_numbers(root)
+    n.add(hosts.runs, **{"i_" + k.removeprefix("hu_"): hosts[k] for k in FRONT_TRANSFER})
 
 
 def _add_model_errors(n: Numbers, cells: pd.DataFrame) -> None:

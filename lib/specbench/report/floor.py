@@ -1,4 +1,5 @@
-"""The host-floor chapter's numbers: the differenced profile and what it can and cannot say."""
+"""The host floor's numbers, for its chapter and the story's findings: the differenced profile
+and what it can and cannot say."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,7 @@ import pandas as pd
 from specbench.derive.decompose import (OUTSIDE_OPERATORS,
                                         decompose)  # noqa: F401  (the chapter's table)
 from specbench.report import wording
-from specbench.report.chapters.base import (
+from specbench.report.numbers import (
     Numbers,
     floor_split,
     greedy_cells,

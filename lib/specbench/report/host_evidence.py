@@ -9,7 +9,7 @@ import pandas as pd
 
 from specbench.report import evaluation, sealed, tiers, wording
 from specbench.report.analysis import request_predictors, sweep_cells
-from specbench.report.chapters.base import Numbers
+from specbench.report.numbers import Numbers
 from specbench.report.evaluation import GOAL_TRANSFER_PCT
 from specbench.store.hosts import PERIOD_GAP_HOURS, host_sessions
 from specbench.store.runs import DEFAULT_ROOT, load_runs

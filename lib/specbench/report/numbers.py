@@ -1,12 +1,10 @@
-"""Each chapter's numbers, words and guarded sentences, with the runs they came from.
-
-One function per chapter (:func:`story`, :func:`regimes`, :func:`accuracy`,
-:func:`host_floor`, :func:`measured`, :func:`model_limits`, :func:`overview`) returns a
-:class:`Numbers`: named values for the chapter's prose — numbers, words chosen by
-:mod:`specbench.report.wording` from the data, and sentences guarded by :func:`wording.claim` — and
-the ids of the runs they were computed from. A chapter glues them all in one call,
-:func:`glue_all`, and lists the run ids; so every number and qualitative word in the book has
-one visible path back to a function here and to the runs it read.
+"""What every chapter's numbers are made of: :class:`Numbers` (named values for a chapter's
+prose — numbers, words chosen by :mod:`specbench.report.wording` from the data, sentences
+guarded by :func:`wording.claim` — and the ids of the runs they came from), :func:`glue_all`,
+and the shared pieces the chapters' functions use (greedy cells, the first SKU, regimes,
+phrases). Each chapter's own ``numbers()`` lives in :mod:`specbench.report.chapters`; values two
+chapters share live beside this module (:mod:`specbench.report.findings`,
+:mod:`specbench.report.headline`, :mod:`specbench.report.floor`).
 
 Every function reads the run store at ``root`` (default: ``$SPECBENCH_RUNS``, else ``runs/``).
 The prose quotes the first SKU of the store; figures and tables show every SKU.

@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from specbench.report.analysis import run_cells
-from specbench.report.chapters.base import Numbers, sweep_run
+from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 

@@ -16,7 +16,7 @@ raised are recorded with its result and raised again on every call, as the uncac
 would. Each caller gets its own deep copy, so mutating a result never changes the cache.
 
 Memoised today: ``analysis.sweep_cells`` and ``request_predictors``,
-``transfer.leave_one_sku_out``, ``chapters.base.regime_table`` and the planner's host
+``transfer.leave_one_sku_out``, ``numbers.regime_table`` and the planner's host
 sessions and their microbenchmarks (``plan.gamma``). The pickles are trusted as the user's
 own files: point ``SPECBENCH_CACHE_DIR`` at a folder no one else writes.
 """

@@ -14,7 +14,7 @@ from specbench.report.acceptance import (
     patched_passes_lossless,
     primary_sku,
 )
-from specbench.report.chapters.base import Numbers, count_of
+from specbench.report.numbers import Numbers, count_of
 from specbench.store.runs import DEFAULT_ROOT
 
 __all__ = ["numbers", "predictor_table", "grouped_workloads"]

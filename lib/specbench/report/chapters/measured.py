@@ -6,7 +6,7 @@ import pandas as pd
 
 from specbench.derive.overhead import overhead_summary
 from specbench.report import analysis, transfer
-from specbench.report.chapters.base import (
+from specbench.report.numbers import (
     Numbers,
     floor_split,
     greedy_cells,

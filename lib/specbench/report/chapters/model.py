@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbench.report.chapters.base import Numbers, pct
+from specbench.report.numbers import Numbers, pct
 from specbench.report.wording import claim
 from specbench.theory import model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specbench.report.chapters.base import Numbers
+from specbench.report.numbers import Numbers
 from specbench.report.plan import (
     NEAR_BEST_PCT,
     break_even_table,

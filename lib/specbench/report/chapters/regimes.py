@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbench.report import curves
-from specbench.report.chapters.base import (
+from specbench.report.numbers import (
     EQ1_FIT_PCT,
     Numbers,
     count_of,

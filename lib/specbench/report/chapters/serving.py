@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.derive.noise import MAX_FOREIGN_CORES
-from specbench.report.chapters.base import Numbers
+from specbench.report.numbers import Numbers
 from specbench.report.serving import sweep_comparison
 from specbench.report.serving_economics import serving_tables
 from specbench.report.wording import claim

@@ -8,7 +8,7 @@ import pandas as pd
 
 from specbench.derive.step_fits import check_cells, check_steps, fit_table, session_fits, \
     share_curve
-from specbench.report.chapters.base import Numbers
+from specbench.report.numbers import Numbers
 from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape_of
 
