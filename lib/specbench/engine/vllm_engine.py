@@ -216,12 +216,7 @@ class Engine:
         # process it starts (the engine-core child inherits it). Applied here too, so that a
         # refusal is one line before the engine starts and an in-process engine matches.
         from specbench.engine import patch as engine_patch
-        if settings.engine_patch:
-            engine_patch.check_loadable()
-            os.environ[engine_patch.ENV] = settings.engine_patch
-        else:
-            os.environ.pop(engine_patch.ENV, None)
-        engine_patch.register()
+        _switch_plugin(engine_patch, settings.engine_patch)
         _plugins_from_environment(settings)
         from vllm import LLM  # imported late: importing vLLM takes seconds
 
@@ -372,12 +367,19 @@ def _plugins_from_environment(settings: EngineSettings) -> None:
     from specbench.engine import lifeline, step_records
     lifeline.arm()
     lifeline.register()
-    if settings.step_records:
-        step_records.check_loadable()
-        os.environ[step_records.ENV] = settings.step_records
+    _switch_plugin(step_records, settings.step_records)
+
+
+def _switch_plugin(plugin, value: str | None) -> None:
+    """One of the project's vLLM plugins on (``value`` in its environment variable, which the
+    engine's child processes inherit; refused in one line if it cannot load) or off (a stale
+    value removed), then applied in this process too."""
+    if value:
+        plugin.check_loadable()
+        os.environ[plugin.ENV] = value
     else:
-        os.environ.pop(step_records.ENV, None)
-    step_records.register()
+        os.environ.pop(plugin.ENV, None)
+    plugin.register()
 
 
 CHAT_TEMPLATE = "the tokenizer's chat template (continue_final_message=True)"
