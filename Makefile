@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host overhead serving plan-under-load book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
+.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host measure-drafts overhead serving plan-under-load book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -96,6 +96,12 @@ measure-new-sku: setup  ## a new CPU kind: calibration, sealed prediction, full 
 # for the Spec-Bench categories from this host's own calibration, then measure them.
 measure-host: setup  ## after make book: sealed Spec-Bench speedups from this host's calibration, then the judged sweep
 	scripts/measure_host.sh
+
+# Draft models (issue 47): layer-truncated drafts of the embedded model through vLLM's
+# draft_model proposer, and each draft alone as its own engine (scripts/measure_drafts.sh;
+# 'draft-sweep' runs, apart from the n-gram sweeps). DEPTHS, PROMPTS, REPS.
+measure-drafts: setup  ## draft-model sweeps of two depths and each draft alone (draft-sweep runs)
+	scripts/measure_drafts.sh
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli.main overhead

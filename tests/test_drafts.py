@@ -68,3 +68,52 @@ def test_the_command_line_prints_the_speculative_config(target, capsys):
     folder, config = capsys.readouterr().out.strip().split("\t")
     assert json.loads(config.split("'")[1]) == {"method": "draft_model", "model": folder,
                                                 "num_speculative_tokens": 3}
+
+
+def test_the_engine_speaks_vllms_draft_model_config_and_records_the_draft(target):
+    from specbench.engine.vllm_engine import EngineSettings
+    folder = build_draft(target, 2)
+    settings = EngineSettings(model=str(target), gamma=3, speculative_method="draft_model",
+                              draft_model=str(folder))
+    settings.validate()
+    assert settings.llm_kwargs()["speculative_config"] == {
+        "method": "draft_model", "model": str(folder), "num_speculative_tokens": 3}
+    record = settings.manifest_fields()["draft_model"]
+    assert record["depth"] == 2 and len(record["weights_sha256"]) == 64
+    with pytest.raises(ValueError, match="go together"):
+        EngineSettings(model=str(target), speculative_method="draft_model").validate()
+
+
+def test_a_draft_sweep_is_its_own_kind_and_resumes_with_its_draft(target):
+    from specbench.measure.sweep_config import SweepConfig
+    cfg = SweepConfig(model=str(target), draft_depth=2, gammas=(0, 2))
+    assert cfg.run_kind() == "draft-sweep"
+    assert cfg.engine_options()["speculative_method"] == "draft_model"
+    # The embedded model carries a provenance record of the same name, without a depth.
+    (target / "specbench-provenance.json").write_text(json.dumps({"source_package": "x"}))
+    assert SweepConfig(model=str(target)).run_kind() == "sweep"
+    assert SweepConfig(model=cfg.resolved_draft(), gammas=(0,)).run_kind() == "draft-sweep"
+    manifest = {"grid": {"gammas": [0, 2], "batches": [1], "workloads": ["repeat"],
+                         "max_tokens": 8, "warmup": 0, "reps": 1, "draft_depth": 2},
+                "dtype": "bfloat16", "load": {"max_load": 2.0}, "model": {"path": str(target)},
+                "engine": {"name": "vllm", "settings": {},
+                           "speculative_method": "draft_model"}}
+    resumed = SweepConfig.from_manifest(manifest)
+    assert resumed.draft_depth == 2 and resumed.engine_options() == cfg.engine_options()
+
+
+@pytest.mark.engine
+def test_vllm_cpu_drafts_with_a_draft_model_in_a_run_of_its_own_kind(tmp_path):
+    """The real engine: a two-layer draft of the embedded model proposes through vLLM's
+    draft_model method; the run is a 'draft-sweep' recording the draft, the counters count
+    drafts on every step, and greedy float32 output equals the target's own."""
+    from specbench.measure.sweep import SweepConfig, run_sweep
+    cfg = SweepConfig(draft_depth=2, gammas=(0, 2), batches=(1,), workloads=("repeat",),
+                      prompts=1, reps=1, warmup=0, max_tokens=12, dtype="float32",
+                      root=str(tmp_path))
+    run = run_sweep(cfg, progress=False)
+    assert run.manifest["kind"] == "draft-sweep" and run.run_id.startswith("draft-sweep-")
+    assert run.manifest["engine"]["draft_model"]["depth"] == 2
+    spec = run.table("cells.csv").query("gamma == 2").iloc[0]
+    assert spec["status"] == "ok" and spec["drafting_share"] == 1.0
+    assert bool(spec["outputs_equal"])

@@ -133,7 +133,8 @@ def _check(page: str, limit: str, value, bound) -> None:
 
 def _cases(limit: str, pages_: tuple[str, ...] | None = None):
     names = pages_ or ("index", "story", "ideas", "model", "regimes", "acceptance", "accuracy",
-                       "steps", "host_floor", "planning", "serving", "measured", "reproduce")
+                       "steps", "drafts", "host_floor", "planning", "serving", "measured",
+                       "reproduce")
     for page in names:
         known = KNOWN_OVER.get((page, limit))
         marks = [pytest.mark.xfail(strict=True, reason=known)] if known else []

@@ -54,3 +54,17 @@ def test_too_few_steps_is_a_clear_error():
 def test_steps_are_classed_by_what_they_hold():
     r = pd.DataFrame({"prefill_tokens": [0, 0, 5], "draft_tokens": [0, 3, 3]})
     assert list(step_class(r)) == ["pure decode", "decode with drafts", "mixed with prefill"]
+
+
+def test_a_sealed_cell_from_its_steps_is_the_cell_predict_cells_builds():
+    from specbench.theory.step_time import cells_speedup, predict_cells
+    model = fit_step_time(_records())
+    cells = pd.DataFrame({"workload": "w", "gamma": [0, 2], "batch": 4,
+                          "drafting_share": [0.0, 0.8], "emitted_per_step": [1.0, 2.2],
+                          "prompt_tokens": 300.0})
+    expected = predict_cells(model, cells, 64)["speedup"].iloc[1]
+    assert cells_speedup(model, [(2.2, 0.8)], 2, 4, 300.0, 64) == pytest.approx(expected)
+    # Two prompts average as times do: the harmonic mean of their speedups.
+    one, two = (cells_speedup(model, [p], 2, 4, 300.0, 64) for p in [(2.2, 0.8), (1.4, 0.5)])
+    both = cells_speedup(model, [(2.2, 0.8), (1.4, 0.5)], 2, 4, 300.0, 64)
+    assert both == pytest.approx(2 / (1 / one + 1 / two))

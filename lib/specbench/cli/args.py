@@ -164,9 +164,9 @@ def model_ref(text: str) -> str:
     return text
 
 
-def run_folder(text: str, kind: str | None = None) -> Path:
-    """An existing run folder whose manifest opens (valid JSON, every field present), of
-    ``kind`` when given."""
+def run_folder(text: str, *kinds: str) -> Path:
+    """An existing run folder whose manifest opens (valid JSON, every field present), of one
+    of ``kinds`` when given."""
     from specbench.store.runs import RunSchemaError, open_run
     path = existing_dir(text)
     if not (path / "manifest.json").is_file():
@@ -175,16 +175,16 @@ def run_folder(text: str, kind: str | None = None) -> Path:
         run = open_run(path)
     except RunSchemaError as exc:
         _fail(str(exc))
-    if kind and run.manifest["kind"] != kind:
-        _fail(f"{text!r} is a {run.manifest['kind']} run, not a {kind} run")
+    if kinds and run.manifest["kind"] not in kinds:
+        _fail(f"{text!r} is a {run.manifest['kind']} run, not a {' or '.join(kinds)} run")
     return path
 
 
-def run_folder_of(kind: str):
-    """:func:`run_folder` restricted to one kind of run, as an argparse type."""
+def run_folder_of(*kinds: str):
+    """:func:`run_folder` restricted to some kinds of run, as an argparse type."""
     def parse(text: str) -> Path:
-        return run_folder(text, kind)
-    parse.__name__ = f"{kind} run folder"
+        return run_folder(text, *kinds)
+    parse.__name__ = f"{' or '.join(kinds)} run folder"
     return parse
 
 

@@ -103,7 +103,8 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
                    help=f"one of {', '.join(cliargs.DTYPES)} ({FAST_DTYPE_HELP})")
     p.add_argument("--root", type=cliargs.store_root, default=NEW_RUN_STORE,
                    help="run store folder (default: $SPECBENCH_RUNS, else the checkout's runs/)")
-    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("sweep"),
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   type=cliargs.run_folder_of("sweep", "draft-sweep"),
                    help="finish an interrupted run in place (no other sweep flags with it)")
     p.add_argument("--notes", default="", help="free text recorded in the manifest")
     _sweep_engine_args(p)
@@ -124,6 +125,10 @@ def _sweep_engine_args(p: argparse.ArgumentParser) -> None:
                         "is then not a prefill time; recorded). `make book` uses it")
     p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
+    p.add_argument("--draft-depth", type=cliargs.positive_int, default=None, metavar="K",
+                   help="draft with the model's first K decoder layers (vLLM method "
+                        "draft_model; built once by `specbench draft`) instead of n-gram "
+                        "lookup: a 'draft-sweep' run, kept apart from the n-gram analyses")
     _engine_patch_arg(p)
     p.add_argument("--judged-against", metavar="PREDICTION_RUN", type=cliargs.existing_dir,
                    help="a sealed prediction of this SKU (`specbench predict`), closed before "
@@ -156,6 +161,7 @@ def config_from_args(args):
                        speculative_method=args.speculative_method,
                        engine_patch=args.engine_patch, engine=args.engine,
                        enable_prefix_caching=args.prefix_caching,
+                       draft_depth=args.draft_depth,
                        judged_against=(str(args.judged_against) if args.judged_against
                                        else None))
 

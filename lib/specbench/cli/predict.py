@@ -161,8 +161,10 @@ def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
         if step_costs(cells, verify).empty:
             raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell "
                              "with speculation to measure this host's step cost from")
+        from specbench.derive.step_fits import fit_run
         table = predict_speedups(cells, verify, lending, requests, workloads, gammas,
-                                 list(args.batches), args.prompts)
+                                 list(args.batches), args.prompts, steps=fit_run(calibration),
+                                 output_tokens=calibration.manifest["grid"]["max_tokens"])
     except ValueError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if table.empty:
@@ -175,7 +177,10 @@ def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
     manifest["method"] = (
         "specbench.report.step_cost: speedup over the paired γ=0 arm = D/(1 + s·c(γ, b)), "
         "c this host's step cost from its make book 'repeat'/'edit' cells, D and s lent per "
-        "prompt by other host sessions (batch 1; pooled cell counters at batch > 1)")
+        "prompt by other host sessions (batch 1; pooled cell counters at batch > 1); "
+        "steps_speedup beside it where the calibration kept step records and ran the step "
+        "probe: each cell built from its steps with this host's step-time model "
+        "(specbench.theory.step_time)")
     return _seal(root, manifest, table, f"{len(table)} speedups on host session {session} "
                  f"({table['workload'].nunique()} workloads × γ {gammas} × batches "
                  f"{sorted(table['batch'].unique().tolist())})")

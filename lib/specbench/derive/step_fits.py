@@ -27,7 +27,7 @@ from specbench.theory.step_time import (
     step_class,
 )
 
-__all__ = ["SessionFit", "session_fits", "fit_table", "check_steps", "check_cells",
+__all__ = ["SessionFit", "session_fits", "fit_run", "fit_table", "check_steps", "check_cells",
            "share_curve"]
 
 
@@ -48,6 +48,15 @@ def _steps(run: Run) -> pd.DataFrame:
 
 def _recorded_sweeps(root) -> list[Run]:
     return [r for r in load_runs(root, kind="sweep") if has_step_records(r.path)]
+
+
+def fit_run(run: Run) -> StepTimeModel | None:
+    """The step-time model of one probed sweep with step records (its admitted terms), as
+    :func:`session_fits` fits a session's calibration; None for a run without them."""
+    if not (has_step_records(run.path) and run.manifest.get("step_probe")):
+        return None
+    records = _steps(run)
+    return fit_step_time(records, admit_terms(records)[0])
 
 
 @memoised

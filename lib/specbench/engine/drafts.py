@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["DraftError", "target_layers", "draft_dir", "build_draft", "check_draft",
-           "PROVENANCE"]
+           "is_draft", "draft_record", "PROVENANCE"]
 
 PROVENANCE = "specbench-provenance.json"
 WEIGHTS = "model.safetensors"
@@ -122,3 +122,22 @@ def build_draft(target: Path, depth: int) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
+
+
+def is_draft(folder) -> bool:
+    """Whether ``folder`` is a draft this module built: its provenance record names a depth
+    (the embedded model's record, written by specbench.engine.assets, has the same file name
+    and no depth)."""
+    record = Path(folder) / PROVENANCE if folder is not None else None
+    return bool(record and record.is_file() and "depth" in json.loads(record.read_text()))
+
+
+def draft_record(folder) -> dict:
+    """What a run's manifest states about a draft: its provenance (depth, source and its hash)
+    and the hash of its own weights."""
+    folder = Path(folder)
+    if not is_draft(folder):
+        raise DraftError(f"{folder}: no draft checkpoint here (missing {PROVENANCE}); build it "
+                         "with `specbench draft --depth K`")
+    return {**json.loads((folder / PROVENANCE).read_text()), "path": str(folder),
+            "weights_sha256": _weights_sha256(folder)}

@@ -53,6 +53,9 @@ class EngineSettings:
     # (with method 'ngram_gpu', and its own γ = 0 baseline).
     async_scheduling: bool = False
     speculative_method: str = "ngram"   # or "ngram_gpu" (GPU only; supports async scheduling)
+    # method 'draft_model': the draft checkpoint's folder (specbench.engine.drafts), which
+    # proposes γ tokens per step by its own forward passes inside the target's engine step.
+    draft_model: str | None = None
     # A named fix of the installed engine, applied by the project's vLLM general plugin
     # (specbench.engine.patch): None runs the engine as released.
     engine_patch: str | None = None
@@ -71,6 +74,13 @@ class EngineSettings:
         if self.speculative_method not in SPECULATIVE_METHODS:
             raise ValueError(f"speculative_method must be one of {SPECULATIVE_METHODS}, got "
                              f"{self.speculative_method!r}")
+        if (self.speculative_method == "draft_model") != (self.draft_model is not None):
+            raise ValueError("speculative_method 'draft_model' and draft_model go together: "
+                             f"got method {self.speculative_method!r}, draft_model "
+                             f"{self.draft_model!r}")
+        if self.draft_model is not None and not Path(self.draft_model).is_dir():
+            raise FileNotFoundError(f"draft_model {self.draft_model!r} does not exist (build it "
+                                    "with `specbench draft --depth K`)")
         if self.async_scheduling and self.gamma > 0 and self.speculative_method == "ngram":
             raise ValueError("async_scheduling=True needs speculative_method 'ngram_gpu': vLLM "
                              "rejects async scheduling with 'ngram'")
@@ -111,7 +121,10 @@ class EngineSettings:
                 "profiler": "torch", "torch_profiler_dir": self.profiler_dir,
                 "torch_profiler_with_stack": False, "torch_profiler_use_gzip": False,
                 "torch_profiler_activities": ["CPU"], "ignore_frontend": True}
-        if self.gamma > 0:
+        if self.gamma > 0 and self.draft_model is not None:
+            kwargs["speculative_config"] = {"method": "draft_model", "model": self.draft_model,
+                                            "num_speculative_tokens": self.gamma}
+        elif self.gamma > 0:
             kwargs["speculative_config"] = {
                 "method": self.speculative_method, "num_speculative_tokens": self.gamma,
                 "prompt_lookup_min": self.prompt_lookup_min,
@@ -125,7 +138,9 @@ class EngineSettings:
         """What a run's manifest states about the engine's execution mode."""
         from specbench.engine import step_records
         from specbench.engine.patch import manifest_entry
+        from specbench.engine.drafts import draft_record
         return {"speculative_method": self.speculative_method,
+                "draft_model": draft_record(self.draft_model) if self.draft_model else None,
                 "engine_patch": manifest_entry(self.engine_patch),
                 "step_records": step_records.manifest_entry(self.step_records),
                 "async_scheduling": self.async_scheduling,
@@ -134,7 +149,7 @@ class EngineSettings:
                               else "CUDA graphs + torch.compile (vLLM default)"}
 
 
-SPECULATIVE_METHODS = ("ngram", "ngram_gpu")
+SPECULATIVE_METHODS = ("ngram", "ngram_gpu", "draft_model")
 
 
 def speculative_config_has(field: str) -> bool:

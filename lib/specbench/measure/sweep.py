@@ -73,14 +73,17 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
     if cfg.engine == "transformers":
         base = contract("sweep", model, cfg.dtype, engine="transformers")
     else:
-        base = contract("sweep", model, cfg.dtype)
+        base = contract(cfg.run_kind(), model, cfg.dtype)
         # The execution mode every arm of this sweep runs in (async scheduling, graph mode).
         engine_mode = EngineSettings(model=model, dtype=cfg.dtype, **cfg.engine_options())
         base["engine"] = {**base.get("engine", {}), **engine_mode.manifest_fields()}
         base["engine"]["settings"] = {**base["engine"].get("settings", {}),
                                       **cfg.engine_options()}
+    from specbench.engine.drafts import draft_record, is_draft
     return {
         **base,
+        # A draft timed alone (Leviathan's c): which draft it is.
+        "draft_alone": draft_record(model) if is_draft(model) else None,
         "workloads": {**workloads.describe(),
                       "sources": {w: cfg.source(w).describe() for w in cfg.workloads}},
         "sampling": {w: {**cfg.source(w).sampling(), "temperatures": list(cfg.temperatures),
@@ -91,6 +94,7 @@ def _manifest(cfg: SweepConfig, model: str) -> dict:
                  "temperatures": list(cfg.temperatures), "seed": cfg.seed,
                  "paired": cfg.paired, "shared_base": cfg.shares_base(),
                  "spec_bench_path": cfg.spec_bench_path, "step_probe": cfg.step_probe,
+                 "draft_depth": cfg.draft_depth,
                  "reduced": (tuple(cfg.gammas), tuple(cfg.batches)) != ((0, 2, 4, 6), (1, 4))},
         "load": {"max_load": cfg.max_load, "loadavg_at_start": os.getloadavg()},
         "latency_definitions": {

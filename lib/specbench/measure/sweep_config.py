@@ -2,8 +2,10 @@
 any engine starts, and the names of its units of work (:func:`cell_key`)."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from specbench.engine.hardware import resolve_dtype
 from specbench.engine.vllm_engine import DTYPES, EngineSettings
@@ -72,15 +74,33 @@ class SweepConfig:
     # started, after its cells: steps holding 1–8 rows and other requests' prefill, which the
     # calls never make, so the step-time model's per-row and prefill terms are identified.
     step_probe: bool = False
+    # A layer-truncated draft of the model (its first K decoder layers,
+    # specbench.engine.drafts) proposes instead of n-gram lookup (vLLM method 'draft_model').
+    # Its runs are of kind 'draft-sweep', apart from the n-gram sweeps every analysis pools.
+    draft_depth: int | None = None
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
 
     def engine_options(self) -> dict:
-        return {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
-                "speculative_method": self.speculative_method,
-                "engine_patch": self.engine_patch,
-                "enable_prefix_caching": self.enable_prefix_caching}
+        options = {"enforce_eager": self.enforce_eager, "async_scheduling": self.async_scheduling,
+                   "speculative_method": self.speculative_method,
+                   "engine_patch": self.engine_patch,
+                   "enable_prefix_caching": self.enable_prefix_caching}
+        if self.draft_depth is not None:
+            options.update(speculative_method="draft_model", draft_model=self.resolved_draft())
+        return options
+
+    def resolved_draft(self) -> str:
+        """The draft's folder, built once from the model (specbench.engine.drafts)."""
+        return _draft_folder(self.resolved_model(), self.draft_depth)
+
+    def run_kind(self) -> str:
+        """'draft-sweep' for a sweep that drafts with a draft model or times a draft alone;
+        'sweep' (n-gram drafting, what every other analysis reads) otherwise."""
+        from specbench.engine.drafts import is_draft
+        drafts = self.draft_depth is not None or is_draft(self.resolved_model())
+        return "draft-sweep" if drafts else "sweep"
 
     def validate(self) -> None:
         """Fail on bad parameters before any engine starts."""
@@ -122,6 +142,9 @@ class SweepConfig:
             if tuple(self.batches) != (1,):
                 raise ValueError("the transformers engine runs batch 1 only (transformers "
                                  "refuses assisted generation above batch size 1): --batches 1")
+            if self.draft_depth is not None:
+                raise ValueError("draft_depth: the transformers engine's drafts are not wired "
+                                 "into the sweep; measure drafts with vLLM")
             if self.engine_options() != SweepConfig().engine_options():
                 raise ValueError("engine patch, graph mode, async scheduling, the GPU proposer "
                                  "and prefix caching are vLLM settings; the transformers engine "
@@ -130,6 +153,9 @@ class SweepConfig:
             HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
                              gamma=max(self.gammas)).validate()
             return
+        if self.draft_depth is not None and self.speculative_method != "ngram":
+            raise ValueError(f"draft_depth replaces the n-gram proposer: speculative_method "
+                             f"{self.speculative_method!r} cannot go with it")
         EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=max(self.gammas),
                        **self.engine_options()).validate()
 
@@ -149,6 +175,7 @@ class SweepConfig:
                    temperatures=tuple(grid.get("temperatures", (0.0,))),
                    seed=grid.get("seed", 0), paired=grid.get("paired", False),
                    step_probe=grid.get("step_probe", False),
+                   draft_depth=grid.get("draft_depth"),
                    shared_base=grid.get("shared_base", False),
                    spec_bench_path=grid.get("spec_bench_path"),
                    # manifest["engine"]["engine_patch"] is the patch's record; its name is a setting
@@ -156,7 +183,8 @@ class SweepConfig:
                    enable_prefix_caching=bool(settings.get("enable_prefix_caching", False)),
                    **{k: manifest["engine"][k] for k in cls().engine_options()
                       if k in manifest.get("engine", {})
-                      and k not in ("engine_patch", "enable_prefix_caching")},
+                      and k not in ("engine_patch", "enable_prefix_caching")
+                      and not (k == "speculative_method" and grid.get("draft_depth"))},
                    engine=("transformers" if manifest.get("engine", {}).get("name")
                            == "transformers" else "vllm"))
 
@@ -189,6 +217,13 @@ class SweepConfig:
 
 
 ENGINES = ("vllm", "transformers")
+
+
+@functools.cache
+def _draft_folder(model: str, depth: int) -> str:
+    # Cached: the key hashes the model's weights, and engine_options is read per engine.
+    from specbench.engine.drafts import build_draft
+    return str(build_draft(Path(model), depth))
 
 
 def cell_key(gamma, workload: str, batch: int, temperature: float = 0.0) -> str:

@@ -94,6 +94,7 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None) -> Numbers:
     n.add(b4_heading=heading, b4_against_count=count_of(against))
     _add_host_floor(n, root, cells)
     _add_transfer(n, root)
+    _add_drafts(n, root)
     return n.merge(summary(root, cells))
 
 
@@ -109,6 +110,26 @@ def _add_transfer(n: Numbers, root) -> None:
     :func:`specbench.report.host_evidence.host_numbers`)."""
     hosts = host_numbers(root)
     n.add(hosts.runs, **{"i_" + k.removeprefix("hu_"): hosts[k] for k in FRONT_TRANSFER})
+
+
+def _add_drafts(n: Numbers, root) -> None:
+    """Draft models as the draft chapter measures them (:mod:`specbench.derive.drafts`)."""
+    from specbench.derive.drafts import break_even, draft_cells
+    cells = draft_cells(root)
+    if cells.empty:
+        n.add(dr_sentence="No draft model has been measured yet (`make measure-drafts`)")
+        return
+    faster = int((cells["speedup"] > 1).sum())
+    c = cells.groupby("depth")["c_leviathan"].median()
+    table = break_even(root)
+    short = int((table["alpha_max"] < table["break_even_engine"].fillna(1.0)).sum())
+    reach = ("stayed below break-even in all" if short == len(table)
+             else f"reached break-even in {len(table) - short} of the")
+    n.add(sorted(set(cells["run_id"])), dr_sentence=(
+        f"{'None' if faster == 0 else faster} of {len(cells)} cells drafting with a draft model "
+        f"cut from the target ran faster than the target alone: at a draft cost c of "
+        f"{c.min():.2f} to {c.max():.2f} of a target step, acceptance {reach} "
+        f"{len(table)} settings of depth, batch and γ"))
 
 
 def _add_model_errors(n: Numbers, cells: pd.DataFrame) -> None:

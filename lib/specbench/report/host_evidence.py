@@ -223,11 +223,26 @@ def sealed_table(judged: pd.DataFrame, labels: dict, sweeps: pd.DataFrame) -> pd
                      "model MAPE %": mape_of(g["model_speedup_err_pct"]),
                      "ratio transfer MAPE %": mape_of(g["ratio_speedup_err_pct"]),
                      "verdict": _paired(g["model_speedup_err_pct"], g["ratio_speedup_err_pct"]),
+                     **_batch4_and_steps(g),
                      "γ=0 drift %": float(g["t_base_drift_pct"].median()),
                      "host noise %": float(sweeps.loc[run, "noise_pct"])})
     return pd.DataFrame(rows, columns=["host session", "cells", "model MAPE %",
-                                       "ratio transfer MAPE %", "verdict", "γ=0 drift %",
-                                       "host noise %"])
+                                       "ratio transfer MAPE %", "verdict", *SEALED_BY_BATCH,
+                                       "γ=0 drift %", "host noise %"])
+
+
+#: The sealed table's batch-4 columns and the step-time model's (issue 45: batch 4 apart).
+SEALED_BY_BATCH = ("step model MAPE %", "batch 4: model %", "batch 4: ratio %",
+                   "batch 4: step model %")
+
+
+def _batch4_and_steps(g: pd.DataFrame) -> dict:
+    """NaN where a prediction sealed no step-time model (tables before it) or no batch 4."""
+    b4 = g[g["batch"] == 4]
+    steps = g.get("steps_speedup_err_pct", pd.Series(np.nan, index=g.index))
+    return dict(zip(SEALED_BY_BATCH, (
+        mape_of(steps), mape_of(b4["model_speedup_err_pct"]),
+        mape_of(b4["ratio_speedup_err_pct"]), mape_of(steps[g["batch"] == 4])), strict=True))
 
 
 def twin_hosts(every: pd.DataFrame) -> pd.DataFrame:
@@ -337,7 +352,8 @@ def _add_sealed(n: Numbers, root, every: pd.DataFrame) -> None:
           hu_sealed_model=_range(verdicts["model MAPE %"]),
           hu_sealed_ratio=_range(verdicts["ratio transfer MAPE %"]))
     n.add(hu_newest_cells=0, hu_newest_model=float("nan"), hu_newest_ratio=float("nan"),
-          hu_newest_verdict="no sealed prediction", hu_newest_goal="not tested")
+          hu_newest_verdict="no sealed prediction", hu_newest_goal="not tested",
+          **_newest_by_batch(pd.Series(dtype=float)))
     if len(verdicts):
         run = judged.loc[judged["sealed_at"].idxmax(), "prediction_run"]
         row = verdicts.iloc[list(dict.fromkeys(judged["prediction_run"])).index(run)]
@@ -345,8 +361,27 @@ def _add_sealed(n: Numbers, root, every: pd.DataFrame) -> None:
                         hu_newest_model=float(row["model MAPE %"]),
                         hu_newest_ratio=float(row["ratio transfer MAPE %"]),
                         hu_newest_verdict=_NEWEST_WORDS[row["verdict"]],
-                        hu_newest_goal="met" if row["model MAPE %"] <= goal else "missed")
+                        hu_newest_goal="met" if row["model MAPE %"] <= goal else "missed",
+                        **_newest_by_batch(row))
         n.add([run])
+
+
+def _newest_by_batch(row: pd.Series) -> dict:
+    """The newest sealed prediction at batch 4, and the step-time model sealed beside it."""
+    goal = evaluation.GOAL_B4_MAPE_PCT
+    model, ratio, steps, steps_b4 = (float(row.get(column, np.nan)) for column in (
+        "batch 4: model %", "batch 4: ratio %", "step model MAPE %", "batch 4: step model %"))
+    if np.isnan(steps_b4):
+        words = ("no step-time model was sealed with it (its calibration kept no step records "
+                 "or ran no step probe)")
+    else:
+        words = (f"the step-time model sealed beside it errs by {steps:.1f} percent over all "
+                 f"its cells and {steps_b4:.1f} at batch 4, "
+                 f"{'within' if steps_b4 <= goal else 'outside'} the batch-4 goal of "
+                 f"{goal:g} percent and {'below' if steps_b4 < ratio else 'not below'} ratio "
+                 "transfer's")
+    return {"hu_newest_b4_model": model, "hu_newest_b4_ratio": ratio,
+            "hu_newest_steps": words}
 
 
 def _add_twins(n: Numbers, every: pd.DataFrame) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from specbench.store.runs import RunSchemaError, load_runs, open_run
 from specbench.theory.errors import percent_change, percent_error
+from specbench.theory.step_time import StepTimeModel, cells_speedup
 from specbench.report.transfer import KEY, transfer_predictions
 
 __all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "SPEC_BENCH", "calibration_cells", "predict",
@@ -63,13 +64,15 @@ SPEC_BENCH = tuple(f"specbench:{c}" for c in
                    ("multi-turn", "translation", "summarization", "qa", "math_reasoning", "rag"))
 SPEEDUP_COLUMNS = [*KEY, "prompts", "questions", "c", "c_cells", "d", "host_part",
                    "divisor_transferred", "share_transferred", "lent", "from_sessions",
-                   "model_speedup", "ratio_speedup", "t_base_ms", "model_pot_ms", "ratio_pot_ms"]
+                   "model_speedup", "ratio_speedup", "steps_speedup", "t_base_ms",
+                   "model_pot_ms", "ratio_pot_ms"]
 
 
 def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
                      lender_cells: pd.DataFrame, lender_requests: pd.DataFrame,
                      workloads=SPEC_BENCH, gammas=(2, 6), batches=(1, 4),
-                     prompts: int = 2) -> pd.DataFrame:
+                     prompts: int = 2, steps: StepTimeModel | None = None,
+                     output_tokens: int = 64) -> pd.DataFrame:
     """The sealed table of a `make book` calibration (:mod:`specbench.report.step_cost`): per
     workload × γ × batch, the speedup over the paired γ=0 arm from this host's step cost
     c(γ, b) and D, s lent by the other hosts (``lender_cells`` and ``lender_requests``:
@@ -78,7 +81,12 @@ def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
     transfer beside it (the geometric mean of the lenders' measured speedups for the cell). A
     latency follows as the calibration's median γ=0 step at that batch over the speedup — its
     t_base is not the predicted workload's, so the latency is a guide and the speedup is what
-    is judged. Cells without a step cost on this host or without a lender are left out."""
+    is judged. Cells without a step cost on this host or without a lender are left out.
+
+    With ``steps`` (the calibration's step-time model, :mod:`specbench.theory.step_time`),
+    ``steps_speedup`` is sealed beside it: each prompt's γ=0 and γ cells built from their
+    steps (``rows`` = batch, the lent D and s, the lenders' prompt length, ``output_tokens``),
+    the cell's speedup the harmonic mean over its prompts; NaN without a model."""
     from specbench.report import step_cost
     cost = step_cost.step_costs(calibration, verify).set_index(["gamma", "batch"])
     base = calibration[(calibration["gamma"] == 0) & (calibration["temperature"] == 0)]
@@ -86,32 +94,41 @@ def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
     dtype = calibration["dtype"].iloc[0] if "dtype" in calibration else None
     order = step_cost.question_order(lender_requests) if len(lender_requests) else {}
     rows = []
-    for w in workloads:
-        for g in gammas:
-            for b in batches:
-                if (g, b) not in cost.index:
-                    continue
-                questions = step_cost.target_questions(order.get(w, []), prompts, b)
-                lent = step_cost.lend(w, g, b, questions, dtype, lender_cells, lender_requests)
-                if lent is None:
-                    continue
-                c = cost.loc[(g, b)]
-                speedup, d_mean, s_mean = step_cost.speedup(lent["per_prompt"], c["c"])
-                theirs = lender_cells[(lender_cells["workload"] == w) & (lender_cells["gamma"] == g)
-                                      & (lender_cells["batch"] == b)
-                                      & (lender_cells["temperature"] == 0)]["speedup"]
-                ratio = float(np.exp(np.log(theirs).mean()))
-                rows.append({"workload": w, "gamma": g, "batch": b, "prompts": prompts,
-                             "questions": " ".join(questions), "c": c["c"],
-                             "c_cells": int(c["c_cells"]), "d": c["d"],
-                             "host_part": c["host_part"], "divisor_transferred": d_mean,
-                             "share_transferred": s_mean, "lent": lent["lent"],
-                             "from_sessions": lent["sessions"], "model_speedup": speedup,
-                             "ratio_speedup": ratio, "t_base_ms": t_base.get(b, np.nan)})
+    for w, g, b in ((w, g, b) for w in workloads for g in gammas for b in batches):
+        if (g, b) not in cost.index:
+            continue
+        questions = step_cost.target_questions(order.get(w, []), prompts, b)
+        lent = step_cost.lend(w, g, b, questions, dtype, lender_cells, lender_requests)
+        if lent is None:
+            continue
+        theirs = lender_cells[(lender_cells["workload"] == w) & (lender_cells["gamma"] == g)
+                              & (lender_cells["batch"] == b) & (lender_cells["temperature"] == 0)]
+        rows.append({"workload": w, "gamma": g, "batch": b, "prompts": prompts,
+                     "questions": " ".join(questions), "t_base_ms": t_base.get(b, np.nan),
+                     **_cell_predictions(cost.loc[(g, b)], lent, theirs, steps, output_tokens)})
     out = pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
     out["model_pot_ms"] = out["t_base_ms"] / out["model_speedup"]
     out["ratio_pot_ms"] = out["t_base_ms"] / out["ratio_speedup"]
     return out.sort_values(KEY).reset_index(drop=True)
+
+
+def _cell_predictions(c: pd.Series, lent: dict, theirs: pd.DataFrame,
+                      steps: StepTimeModel | None, output_tokens: int) -> dict:
+    """One sealed cell's predictions: the model's (this host's step cost ``c``, the lent D and
+    s), ratio transfer's (the lenders' geometric-mean speedup) and the step-time model's."""
+    from specbench.report import step_cost
+    speedup, d_mean, s_mean = step_cost.speedup(lent["per_prompt"], c["c"])
+    prompt_tokens = (float(theirs["prompt_tokens"].mean()) if "prompt_tokens" in theirs
+                     else np.nan)
+    gamma, batch = int(theirs["gamma"].iloc[0]), int(theirs["batch"].iloc[0])
+    return {"c": c["c"], "c_cells": int(c["c_cells"]), "d": c["d"],
+            "host_part": c["host_part"], "divisor_transferred": d_mean,
+            "share_transferred": s_mean, "lent": lent["lent"], "from_sessions": lent["sessions"],
+            "model_speedup": speedup,
+            "ratio_speedup": float(np.exp(np.log(theirs["speedup"]).mean())),
+            "steps_speedup": (cells_speedup(steps, lent["per_prompt"], gamma, batch,
+                                            prompt_tokens, output_tokens)
+                              if steps is not None and np.isfinite(prompt_tokens) else np.nan)}
 
 
 def _sealed(sweep) -> tuple[pd.DataFrame, dict]:
@@ -172,10 +189,14 @@ def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
         frames.append(both)
     if not frames:
         return pd.DataFrame()
-    out = pd.concat(frames, ignore_index=True)
-    if "model_speedup" not in out:
-        out["model_speedup"] = np.nan
-        out["ratio_speedup"] = np.nan
+    return _errors(pd.concat(frames, ignore_index=True))
+
+
+def _errors(out: pd.DataFrame) -> pd.DataFrame:
+    """Speedup errors of every sealed predictor, latency errors, and the γ=0 drift."""
+    for column in ("model_speedup", "ratio_speedup"):
+        if column not in out:
+            out[column] = np.nan
     latency_sealed = out["model_speedup"].isna()
     out.loc[latency_sealed, "model_speedup"] = (
         out["t_base_ms"] / out["model_pot_ms"])[latency_sealed]
@@ -183,10 +204,12 @@ def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
         out["t_base_ms"] / out["ratio_pot_ms"])[latency_sealed]
     out["sealed_as"] = np.where(latency_sealed, "latency", "speedup")
     out["measured_speedup"] = out["paired_t_base_ms"] / out["pot_ms"]
-    out["model_speedup_err_pct"] = percent_error(out["model_speedup"],
-                                                     out["measured_speedup"])
-    out["ratio_speedup_err_pct"] = percent_error(out["ratio_speedup"],
-                                                     out["measured_speedup"])
+    # Tables sealed before the step-time model carry no steps_speedup.
+    if "steps_speedup" not in out:
+        out["steps_speedup"] = np.nan
+    for name in ("model", "ratio", "steps"):
+        out[f"{name}_speedup_err_pct"] = percent_error(out[f"{name}_speedup"].astype(float),
+                                                       out["measured_speedup"])
     out["model_err_pct"] = percent_error(out["model_pot_ms"], out["pot_ms"])
     out["ratio_err_pct"] = percent_error(out["ratio_pot_ms"], out["pot_ms"])
     out["t_base_drift_pct"] = percent_change(out["sweep_t_base_ms"], out["t_base_ms"])

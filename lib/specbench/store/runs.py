@@ -53,7 +53,8 @@ MANIFEST_SCHEMA = {
         "schema_version": {"const": SCHEMA_VERSION},
         "run_id": {"type": "string", "minLength": 1},
         "kind": {"enum": ["sweep", "hostfloor", "overhead", "microbench", "lossless",
-                          "selftest", "gpucheck", "serving", "prediction"]},
+                          "selftest", "gpucheck", "serving", "prediction",
+                          "draft-sweep"]},
         "sku": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},
@@ -72,7 +73,7 @@ MANIFEST_SCHEMA = {
             "type": "object", "required": ["sha256", "bytes"]}},
     },
     # What the readers of a sweep rely on (resume, analysis): the grid and the dtype.
-    "allOf": [{"if": {"properties": {"kind": {"const": "sweep"}}},
+    "allOf": [{"if": {"properties": {"kind": {"enum": ["sweep", "draft-sweep"]}}},
                "then": {"required": ["dtype"], "properties": {"grid": {
                    "required": ["gammas", "batches", "workloads", "max_tokens"],
                    "properties": {"gammas": {"type": "array", "items": {"type": "integer"}},
@@ -440,7 +441,7 @@ def load_runs(root: Path = DEFAULT_ROOT, kind: str | None = None,
         else:
             warnings.warn(f"{folder}: incomplete run (status 'running', never closed) skipped; "
                           f"finish it with `specbench sweep --resume {folder}`"
-                          if run.manifest["kind"] == "sweep" else
+                          if run.manifest["kind"] in ("sweep", "draft-sweep") else
                           f"{folder}: incomplete {run.manifest['kind']} run skipped",
                           IncompleteRunWarning, stacklevel=2)
     return sorted(runs, key=lambda r: r.manifest["started_at"])

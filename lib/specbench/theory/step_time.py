@@ -33,7 +33,8 @@ import pandas as pd
 from specbench.theory.errors import mape_difference, percent_error
 
 __all__ = ["BASE_TERMS", "EXTRA_TERMS", "StepTimeModel", "fit_step_time", "design",
-           "held_out_errors", "admit_terms", "step_class"]
+           "held_out_errors", "admit_terms", "step_class", "cell_steps", "cell_pot",
+           "predict_cells", "cells_speedup"]
 
 #: The terms of (STEP TIME): column of the step records each multiplies.
 BASE_TERMS = ("decode_tokens", "draft_tokens", "prefill_tokens", "context_tokens")
@@ -202,3 +203,16 @@ def predict_cells(model: StepTimeModel, cells: pd.DataFrame, output_tokens: int
     out["speedup"] = [base.get((w, b), np.nan) / p
                       for w, b, p in zip(out["workload"], out["batch"], out["pot_s"], strict=True)]
     return out
+
+
+def cells_speedup(model: StepTimeModel, pairs, gamma: int, batch: int, prompt_tokens: float,
+                  output_tokens: int) -> float:
+    """A cell's speedup over its γ=0 cell from their steps, for prompts given as (tokens per
+    step, drafting share) pairs (acceptance lent per prompt): per prompt the γ=0 cell's time
+    per token over the γ cell's (:func:`cell_steps`, ``batch`` rows), then the harmonic mean
+    over prompts, as a cell's speedup averages its requests' times."""
+    base = cell_pot(model, cell_steps(batch, 0, 0.0, 0.0, prompt_tokens, output_tokens), 1.0)
+    per_prompt = [base / cell_pot(model, cell_steps(batch, gamma, share, tokens - 1.0,
+                                                    prompt_tokens, output_tokens), tokens)
+                  for tokens, share in pairs]
+    return float(1 / np.mean(1 / np.array(per_prompt)))

@@ -1,0 +1,174 @@
+"""The draft-model cells of every host session, with both cost ratios, the per-position α and
+each formula's predicted speedup (:mod:`specbench.theory.draft_cost`), and the break-even α.
+
+A 'draft-sweep' run either drafts with a layer-truncated draft (its grid names the draft's
+depth; its γ=0 arm is the paired target baseline) or times a draft alone as its own engine at
+γ=0 (its manifest's ``draft_alone`` names the draft). Leviathan's c of a cell is the draft
+alone's time per token over the paired target baseline's, on the same host session, workload
+and batch. d(γ) is the kernel microbenchmark's verify growth of the same host session (the
+model's d); none where the session has no microbenchmark.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.store.cache import memoised
+from specbench.store.hosts import host_sessions
+from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.theory.draft_cost import (
+    extended_speedup,
+    in_engine_cost,
+    per_position_alpha,
+    split_draft_cost,
+)
+from specbench.theory.economics import break_even_alpha
+from specbench.theory.errors import percent_error
+
+__all__ = ["draft_cells", "break_even", "cost_split", "PREDICTORS"]
+
+#: The speedup predictors the chapter compares, column → what it is.
+PREDICTORS = {
+    "extended": "the model extended: L / (1 + d(γ) + γ·c_engine), c_engine from the other "
+                "workloads at the same depth, batch and γ",
+    "leviathan": "Leviathan: L / (1 + γ·c), c the draft alone over the target",
+    "leviathan_v": "Leviathan with v = d(γ)/γ: L / (1 + γ·c + d(γ))",
+    "no_draft_term": "the n-gram model, draft term left out: L / (1 + d(γ))",
+}
+KEY = ["sku", "host_session", "depth", "workload", "batch"]
+
+
+def _ok(run: Run) -> pd.DataFrame:
+    cells = run.table("cells.csv")
+    return cells[(cells["status"] == "ok") & (cells["temperature"].fillna(0) == 0)]
+
+
+def _micro_d(runs: list[Run], sessions: dict[str, str]) -> dict:
+    """(sku, session) → the latest microbenchmark's verify growth in ms by (batch, γ)."""
+    latest = {(r.sku, sessions[r.run_id]): r for r in runs if r.manifest["kind"] == "microbench"}
+    return {key: run.table("verify.csv").set_index(["batch", "gamma"])["delta_ms"]
+            for key, run in latest.items()}
+
+
+def _alone(runs: list[Run], sessions: dict[str, str]) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        depth = (run.manifest.get("draft_alone") or {}).get("depth")
+        if depth is None:
+            continue
+        cells = _ok(run)
+        rows += [{"sku": run.sku, "host_session": sessions[run.run_id], "depth": depth,
+                  "workload": c.workload, "batch": c.batch, "draft_pot_ms": c.pot_ms,
+                  "alone_run": run.run_id} for c in cells[cells["gamma"] == 0].itertuples()]
+    return pd.DataFrame(rows, columns=[*KEY, "draft_pot_ms", "alone_run"])
+
+
+def _drafting(runs: list[Run], sessions: dict[str, str]) -> pd.DataFrame:
+    frames = []
+    for run in runs:
+        depth = run.manifest["grid"].get("draft_depth")
+        if depth is None:
+            continue
+        frames.append(_ok(run).assign(sku=run.sku, host_session=sessions[run.run_id],
+                                      depth=depth, run_id=run.run_id))
+    if not frames:
+        return pd.DataFrame(columns=[*KEY, "gamma"])
+    cells = pd.concat(frames, ignore_index=True)
+    key = [*KEY, "gamma"]
+    return cells.drop_duplicates(key, keep="last").reset_index(drop=True)
+
+
+def _held_out_cost(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's c_engine as the median of the other workloads' cells of its session,
+    depth, batch and γ (a cell never predicts itself; c is not one number per draft: a
+    drafting step also pays a part per step, so c per drafted token moves with γ)."""
+    group = ["host_session", "depth", "batch", "gamma"]
+    return pd.Series([cells.loc[(cells[group] == row[group]).all(axis=1)
+                                & (cells.index != i), "c_engine"].median()
+                      for i, row in cells.iterrows()], index=cells.index, dtype=float)
+
+
+def _predictions(spec: pd.DataFrame) -> pd.DataFrame:
+    L, g, d = spec["emitted_per_step"], spec["gamma"], spec["d"].fillna(0.0)
+    spec["c_engine"] = in_engine_cost(spec["speedup"], L, g, d)
+    spec["c_engine_held_out"] = _held_out_cost(spec)
+    spec["pred_extended"] = extended_speedup(L, g, d, spec["c_engine_held_out"])
+    spec["pred_leviathan"] = extended_speedup(L, g, 0.0, spec["c_leviathan"])
+    spec["pred_leviathan_v"] = extended_speedup(L, g, d, spec["c_leviathan"])
+    spec["pred_no_draft_term"] = extended_speedup(L, g, d, 0.0)
+    for name in PREDICTORS:
+        spec[f"err_{name}"] = percent_error(spec[f"pred_{name}"], spec["speedup"])
+    return spec
+
+
+@memoised
+def draft_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per speculative draft-model cell (greedy, status ok): measured speedup, L
+    (``emitted_per_step``), the counters' α, per-position α, d(γ), both cs, each predictor's
+    speedup and percent error. Empty when the store holds no draft sweep."""
+    every = load_runs(root)
+    sessions = host_sessions(every)
+    drafts = [r for r in every if r.manifest["kind"] == "draft-sweep"]
+    cells = _drafting(drafts, sessions)
+    if cells.empty:
+        return cells
+    base = cells[cells["gamma"] == 0].set_index(KEY)["pot_ms"].rename("target_pot_ms")
+    spec = cells[cells["gamma"] > 0].join(base, on=KEY)
+    spec = spec.merge(_alone(drafts, sessions), on=KEY, how="left")
+    spec["c_leviathan"] = spec["draft_pot_ms"] / spec["target_pot_ms"]
+    micro = _micro_d(every, sessions)
+    spec["d"] = [micro[(s, h)].get((b, g), np.nan) / t if (s, h) in micro else np.nan
+                 for s, h, b, g, t in zip(spec["sku"], spec["host_session"], spec["batch"],
+                                          spec["gamma"], spec["target_pot_ms"], strict=True)]
+    spec["alpha_per_position"] = [per_position_alpha(max(float(L), 1.0), int(g))
+                                  for L, g in zip(spec["emitted_per_step"], spec["gamma"],
+                                                  strict=True)]
+    return _predictions(spec.reset_index(drop=True))
+
+
+def _solve(gamma: int, c: float, v: float) -> float:
+    try:
+        return break_even_alpha(gamma, c, v)
+    except ValueError:
+        return np.nan      # no α in [0, 1] breaks even
+
+
+@memoised
+def break_even(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per session, depth, batch and γ: the per-position α at which each formula breaks even
+    (Leviathan's c alone; c with v = d/γ; the in-engine c with v), beside the measured
+    per-position α of the cells (their range) and how many cells sped up."""
+    cells = draft_cells(root)
+    if cells.empty:
+        return cells
+    rows = []
+    for key, g in cells.groupby(["sku", "host_session", "depth", "batch", "gamma"]):
+        gamma, c_lev = int(key[-1]), float(g["c_leviathan"].median())
+        v, c_eng = float(g["d"].fillna(0).median()) / gamma, float(g["c_engine"].median())
+        rows.append(dict(zip(["sku", "host_session", "depth", "batch", "gamma"], key,
+                             strict=True),
+                         c_leviathan=c_lev, c_engine=c_eng, v=v,
+                         break_even_leviathan=_solve(gamma, c_lev, 0.0),
+                         break_even_leviathan_v=_solve(gamma, c_lev, v),
+                         break_even_engine=_solve(gamma, max(c_eng, 0.0), v),
+                         alpha_min=float(g["alpha_per_position"].min()),
+                         alpha_max=float(g["alpha_per_position"].max()),
+                         cells=len(g), faster=int((g["speedup"] > 1).sum())))
+    return pd.DataFrame(rows)
+
+
+def cost_split(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per session, depth and batch: the drafting part of a step split into a part per
+    drafting step and a part per drafted token (:func:`~specbench.theory.draft_cost
+    .split_draft_cost` over the median c_engine at each γ), beside the draft alone's c."""
+    cells = draft_cells(root)
+    rows = []
+    for key, g in cells.groupby(["sku", "host_session", "depth", "batch"]):
+        per_gamma = g.groupby("gamma")["c_engine"].median()
+        if len(per_gamma) < 2:
+            continue
+        fixed, per_token = split_draft_cost(per_gamma.index, per_gamma.to_numpy())
+        rows.append(dict(zip(["sku", "host_session", "depth", "batch"], key, strict=True),
+                         per_step=fixed, per_token=per_token, gammas=len(per_gamma),
+                         c_leviathan=float(g["c_leviathan"].median())))
+    return pd.DataFrame(rows)

@@ -1,0 +1,148 @@
+"""The draft-model chapter's numbers: acceptance, both cost ratios, each formula's speedup
+error and the break-even α, read from :mod:`specbench.derive.drafts` (nothing here measures
+or fits)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.derive.drafts import PREDICTORS, break_even, cost_split, draft_cells
+from specbench.report.numbers import Numbers
+from specbench.store.runs import DEFAULT_ROOT
+from specbench.theory.errors import mape_of
+
+__all__ = ["numbers", "cell_table", "predictor_errors", "break_even_table", "parity",
+           "split_table"]
+
+NAMES = {"extended": "the model extended (held-out in-engine c)",
+         "leviathan": "Leviathan with the draft-alone c",
+         "leviathan_v": "Leviathan with that c and v = d(γ)/γ",
+         "no_draft_term": "the model without a draft term"}
+
+
+def predictor_errors(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Each predictor's speedup MAPE per batch and over every cell."""
+    cells = draft_cells(root)
+    rows = [{"predictor": NAMES[name], "what": what,
+             "batch 1 MAPE %": mape_of(cells.loc[cells["batch"] == 1, f"err_{name}"]),
+             "batch 4 MAPE %": mape_of(cells.loc[cells["batch"] == 4, f"err_{name}"]),
+             "all cells MAPE %": mape_of(cells[f"err_{name}"])}
+            for name, what in PREDICTORS.items()]
+    return pd.DataFrame(rows)
+
+
+def cell_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per depth, batch and γ (workloads pooled by their median): what was measured."""
+    cells = draft_cells(root)
+    grouped = cells.groupby(["depth", "batch", "gamma"])
+    return pd.DataFrame({
+        "cells": grouped.size(),
+        "α (counters)": grouped["alpha"].median(),
+        "tokens per step L": grouped["emitted_per_step"].median(),
+        "speedup": grouped["speedup"].median(),
+        "c (draft alone)": grouped["c_leviathan"].median(),
+        "c (in engine)": grouped["c_engine"].median()}).reset_index()
+
+
+def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    table = break_even(root)
+    return table[["depth", "batch", "gamma", "break_even_leviathan", "break_even_leviathan_v",
+                  "break_even_engine", "alpha_min", "alpha_max", "faster", "cells"]].rename(
+        columns={"break_even_leviathan": "break-even α, Leviathan",
+                 "break_even_leviathan_v": "break-even α, Leviathan + v",
+                 "break_even_engine": "break-even α, in-engine c + v",
+                 "alpha_min": "measured α, lowest", "alpha_max": "measured α, highest",
+                 "faster": "cells faster"})
+
+
+def split_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    return cost_split(root)[["depth", "batch", "per_step", "per_token", "c_leviathan"]].rename(
+        columns={"per_step": "per drafting step", "per_token": "per drafted token",
+                 "c_leviathan": "c (draft alone)"})
+
+
+def parity(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Long table for the parity figure: one row per cell and predictor."""
+    cells = draft_cells(root)
+    frames = [cells[["depth", "batch", "gamma", "workload", "speedup"]].assign(
+        predictor=NAMES[name], predicted=cells[f"pred_{name}"]) for name in PREDICTORS]
+    return pd.concat(frames, ignore_index=True).dropna(subset=["predicted"])
+
+
+def _faster(cells: pd.DataFrame) -> str:
+    faster = int((cells["speedup"] > 1).sum())
+    return (f"{'None' if faster == 0 else faster} of the {len(cells)} draft cells ran faster "
+            "than the target alone")
+
+
+def _by_depth(cells: pd.DataFrame, column: str) -> str:
+    medians = cells.groupby("depth")[column].median()
+    return " and ".join(f"{v:.2f} at depth {d}" for d, v in medians.items())
+
+
+def _cost_findings(n: Numbers, cells: pd.DataFrame, root) -> None:
+    lev = cells.groupby("depth")["c_leviathan"].median()
+    eng = cells.groupby(["depth", "gamma"])["c_engine"].median()
+    larger = int(sum((eng.loc[d] > lev[d]).sum() for d in lev.index))
+    n.add(c_leviathan=_by_depth(cells, "c_leviathan"),
+          c_engine="; ".join(f"{', '.join(f'{v:.2f} at γ={g}' for g, v in eng.loc[d].items())}"
+                             f" at depth {d}" for d in lev.index),
+          c_compare=(f"above the draft alone's in {larger} of {len(eng)} depth and γ pairs"
+                     if larger else "below the draft alone's in every depth and γ pair"))
+    split = cost_split(root)
+    b1 = split[split["batch"] == split["batch"].min()]
+    n.add(split_batch=int(b1["batch"].iloc[0]) if len(b1) else 1,
+          split_sentence="; ".join(
+              f"depth {r.depth} pays {r.per_step:.2f} of a baseline step once per drafting "
+              f"step and {r.per_token:.2f} per drafted token, "
+              f"{'below' if r.per_token < r.c_leviathan else 'above'} the draft alone's "
+              f"{r.c_leviathan:.2f}" for r in b1.itertuples()) or "no depth measured at two γ")
+
+
+def _prediction_findings(n: Numbers, root) -> None:
+    errors = predictor_errors(root).set_index("predictor")["all cells MAPE %"]
+    n.add(**{f"mape_{name}": float(errors[NAMES[name]]) for name in PREDICTORS},
+          best_predictor=str(errors.idxmin()))
+
+
+def _break_even_findings(n: Numbers, root) -> None:
+    """Where measured cells straddle a break-even α, whether the prediction lies between
+    them; where none does, how far the measured α is from it (γ = the smallest measured)."""
+    table = break_even(root)
+    line = table[(table["gamma"] == table["gamma"].min()) & (table["batch"] == 1)]
+    words = []
+    for row in line.itertuples():
+        threshold = row.break_even_engine
+        where = f"depth {row.depth}"
+        if np.isnan(threshold):
+            words.append(f"{where}: no α breaks even")
+        elif row.alpha_max < threshold:
+            words.append(f"{where}: break-even α {threshold:.2f}, measured at most "
+                         f"{row.alpha_max:.2f}")
+        elif row.alpha_min > threshold:
+            words.append(f"{where}: break-even α {threshold:.2f}, measured at least "
+                         f"{row.alpha_min:.2f}")
+        else:
+            words.append(f"{where}: break-even α {threshold:.2f} inside the measured "
+                         f"{row.alpha_min:.2f}–{row.alpha_max:.2f}")
+    n.add(break_even_sentence="; ".join(words))
+
+
+def numbers(root=DEFAULT_ROOT) -> Numbers:
+    """Everything the draft chapter glues."""
+    cells = draft_cells(root)
+    if cells.empty:
+        raise LookupError(f"{root}: no draft-sweep run: run `make measure-drafts` to measure "
+                          "one")
+    n = Numbers()
+    n.add(runs=sorted(set(cells["run_id"]) | set(cells["alone_run"].dropna())),
+          draft_cells=len(cells), sessions=int(cells["host_session"].nunique()),
+          depths=" and ".join(str(d) for d in sorted(cells["depth"].unique())),
+          workloads=", ".join(sorted(cells["workload"].unique())),
+          faster_sentence=_faster(cells),
+          speedup_low=float(cells["speedup"].min()), speedup_high=float(cells["speedup"].max()),
+          alpha=_by_depth(cells, "alpha"))
+    _cost_findings(n, cells, root)
+    _prediction_findings(n, root)
+    _break_even_findings(n, root)
+    return n
