@@ -8,7 +8,8 @@ self-consistent.
 import pandas as pd
 import pytest
 
-from specbench.report.chapters import accuracy, host_floor, index, measured, regimes, story
+from specbench.report.chapters import (accuracy, drafts, host_floor, index, measured, regimes,
+                                       story)
 from specbench.store.runs import load_runs
 
 pytestmark = pytest.mark.data
@@ -76,8 +77,22 @@ def test_batch4_ablation_and_regime():
 
 def test_every_chapter_lists_its_runs():
     for build in (story.numbers, regimes.numbers, accuracy.numbers, host_floor.numbers,
-                  measured.numbers, index.numbers):
+                  measured.numbers, index.numbers, drafts.numbers):
         n = build()
         kinds = ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving",
                  "prediction", "draft-sweep")
         assert n.runs and all(any(r.startswith(f"{k}-2") for k in kinds) for r in n.runs)
+
+
+def test_the_draft_chapter_states_what_its_cells_show():
+    """The draft chapter's words follow its cells: the count of faster cells, the break-even
+    verdict per depth, and the formula that errs least."""
+    from specbench.derive.drafts import break_even, draft_cells
+    n, cells = drafts.numbers(), draft_cells()
+    faster = int((cells["speedup"] > 1).sum())
+    assert n["faster_sentence"].startswith("None" if faster == 0 else str(faster))
+    errors = drafts.predictor_errors().set_index("predictor")["all cells MAPE %"]
+    assert n["best_predictor"] == errors.idxmin()
+    table = break_even()
+    assert table["break_even_engine"].notna().all()     # v is never below zero
+    assert n["mape_no_draft_term"] > n["mape_leviathan"]   # the draft term matters

@@ -92,3 +92,12 @@ def test_every_reference_names_the_cpu_that_wrote_it():
         written_on = nbformat.read(reference, 4).metadata.get("specbench", {}).get("written_on")
         assert written_on and written_on.get("cpu_model"), (
             f"{reference.name}: no metadata.specbench.written_on (run `make references`)")
+
+
+def test_no_reference_holds_an_error():
+    """A figure that raised (altair's row limit, a missing value) is shown as a traceback and
+    the build goes on: the reference must never freeze one."""
+    for reference in _references():
+        for cell in nbformat.read(reference, 4).cells:
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            assert not errors, f"{reference.name}: {errors[0]['ename']} in a cell's outputs"

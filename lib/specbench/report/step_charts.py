@@ -5,7 +5,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-__all__ = ["fixed_share", "step_errors"]
+__all__ = ["fixed_share", "step_errors", "MAX_POINTS"]
+
+#: Points drawn per host session in the step-error figure.
+MAX_POINTS = 2000
 
 
 def fixed_share(shares: pd.DataFrame) -> alt.Chart:
@@ -31,6 +34,11 @@ def step_errors(steps: pd.DataFrame) -> alt.Chart:
     fitted on one run of the session predicting another."""
     data = steps.assign(duration_ms=1e3 * steps["duration_s"])[
         ["session", "step_class", "duration_ms", "error_pct", "rows", "gamma"]]
+    # At most MAX_POINTS a session, every k-th step in record order: a figure of thousands of
+    # points per session shows no more, and the page stays light (the table below counts all).
+    order = data.groupby("session").cumcount()
+    every = data.groupby("session")["session"].transform("size").floordiv(MAX_POINTS) + 1
+    data = data[order % every == 0]
     return alt.Chart(data).mark_point(opacity=0.4, size=12).encode(
         x=alt.X("duration_ms:Q", title="measured step (ms)", scale=alt.Scale(type="log")),
         y=alt.Y("error_pct:Q", title="predicted − measured (%)",
