@@ -56,7 +56,8 @@ BAD = [
     (["sweep", "--resume", "{broken}"], ["--resume", "manifest.json: not valid JSON"]),
     (["sweep", "--resume", "{partial}"], ["--resume", "manifest.json", "field grid",
                                           "max_tokens"]),
-    (["sweep", "--resume", "{floor}"], ["--resume", "hostfloor run, not a sweep or draft-sweep run"]),
+    (["sweep", "--resume", "{floor}"],
+     ["--resume", "hostfloor run, not a sweep or draft-sweep run"]),
     # sweep: conflicting flags (a resumed run keeps its own grid)
     (["sweep", "--resume", "{run}", "--gammas", "0,2"], ["--resume", "--gammas"]),
     (["sweep", "--resume", "{run}", "--dtype", "float32"], ["--resume", "--dtype"]),
