@@ -143,11 +143,14 @@ test: setup  ## the whole suite: the fast tests first, then engine, book, browse
 	$(PAIR) test-fast test-book
 	$(PAIR) test-engine test-slow-rest
 
+# The engine lane is the longer one: the engine tests marked second_lane run in the other lane,
+# with the data, book, browser and Slurm tests (between them every engine test runs once).
 test-engine: setup  ## the real engine's tests (vLLM on this CPU; a transformers model), after test-book
-	$(TEST_ENV) $(PYTEST) -m "engine" --durations=15 --basetemp=/tmp/specbench-pytest-engine tests
+	$(TEST_ENV) $(PYTEST) -m "engine and not second_lane" --durations=15 \
+	    --basetemp=/tmp/specbench-pytest-engine tests
 
-test-slow-rest: setup  ## the data, book, browser and Slurm tests that start no engine, after test-book
-	$(TEST_ENV) $(PYTEST) -m "($(SLOW_MARKERS)) and not engine" --durations=15 \
+test-slow-rest: setup  ## the data, book, browser and Slurm tests and the second_lane engine tests
+	$(TEST_ENV) $(PYTEST) -m "(($(SLOW_MARKERS)) and not engine) or second_lane" --durations=15 \
 	    --basetemp=/tmp/specbench-pytest-rest tests
 
 test-fast: setup  ## lint (ruff, the layering contract) and the unit tests: no engine, book, browser or runs/

@@ -36,7 +36,11 @@ def test_predictions_are_finite_and_independent_of_the_cell_latency(cells):
     # eq. 1 sees only t_base, counter α and d: recomputing it without pot_ms gives the same.
     again = spec["t_base_ms"] * (1 + spec["d_roofline"]) / (spec["alpha"] * spec["gamma"] + 1)
     assert np.allclose(again, spec["pred_eq1_ms"])
-    assert (spec["d"] >= 0).all()
+    # Verifying more rows never costs less, but a microbenchmark measures that growth within
+    # its noise: on the Intel Xeon (AMX, bfloat16) γ=2 at batch 1 measured −0.9 % of a step.
+    # The model takes the measurement as it is; a d further below zero would be a broken
+    # microbenchmark, not noise.
+    assert (spec["d"] >= -0.02).all()
     # Batch 1 is memory-bound in the roofline of every SKU but the Zen 1 in float32, whose
     # measured ceilings (37 GFLOP/s against 20 GB/s) put 5 and 7 rows past the ridge point;
     # its kernel microbenchmark agrees that verification is not nearly free there (d = 0.73 at

@@ -103,6 +103,7 @@ def test_a_draft_sweep_is_its_own_kind_and_resumes_with_its_draft(target):
 
 
 @pytest.mark.engine
+@pytest.mark.second_lane
 def test_vllm_cpu_drafts_with_a_draft_model_in_a_run_of_its_own_kind(tmp_path):
     """The real engine: a two-layer draft of the embedded model proposes through vLLM's
     draft_model method; the run is a 'draft-sweep' recording the draft, the counters count

@@ -341,6 +341,7 @@ def _wait_gone(pids: set[int], seconds: float = 60) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.second_lane
 def test_a_killed_serving_run_resumes_with_its_first_level_unchanged(tmp_path, engine_dtype):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
     root = tmp_path / "runs"

@@ -120,16 +120,13 @@ def _add_drafts(n: Numbers, root) -> None:
         n.add(dr_sentence="No draft model has been measured yet (`make measure-drafts`)")
         return
     faster = int((cells["speedup"] > 1).sum())
-    c = cells.groupby("depth")["c_leviathan"].median()
     table = break_even(root)
     short = int((table["alpha_max"] < table["break_even_engine"].fillna(1.0)).sum())
     reach = ("stayed below break-even in all" if short == len(table)
              else f"reached break-even in {len(table) - short} of the")
     n.add(sorted(set(cells["run_id"])), dr_sentence=(
-        f"{'None' if faster == 0 else faster} of {len(cells)} cells drafting with a draft model "
-        f"cut from the target ran faster than the target alone: at a draft cost c of "
-        f"{c.min():.2f} to {c.max():.2f} of a target step, acceptance {reach} "
-        f"{len(table)} settings of depth, batch and γ"))
+        f"A draft model cut from the target made {'none' if faster == 0 else faster} of "
+        f"{len(cells)} cells faster. Its acceptance {reach} {len(table)} settings"))
 
 
 def _add_model_errors(n: Numbers, cells: pd.DataFrame) -> None:

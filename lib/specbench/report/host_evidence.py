@@ -17,6 +17,7 @@ from specbench.theory.errors import mape_difference, mape_interval, mape_of, per
 
 
 __all__ = ["count_across", "host_numbers", "judged_sweeps", "sealed_numbers", "sealed_table",
+           "sealed_by_batch",
            "session_labels", "tier_table", "twin_hosts", "twin_summary"]
 
 
@@ -223,26 +224,32 @@ def sealed_table(judged: pd.DataFrame, labels: dict, sweeps: pd.DataFrame) -> pd
                      "model MAPE %": mape_of(g["model_speedup_err_pct"]),
                      "ratio transfer MAPE %": mape_of(g["ratio_speedup_err_pct"]),
                      "verdict": _paired(g["model_speedup_err_pct"], g["ratio_speedup_err_pct"]),
-                     **_batch4_and_steps(g),
                      "γ=0 drift %": float(g["t_base_drift_pct"].median()),
                      "host noise %": float(sweeps.loc[run, "noise_pct"])})
     return pd.DataFrame(rows, columns=["host session", "cells", "model MAPE %",
-                                       "ratio transfer MAPE %", "verdict", *SEALED_BY_BATCH,
-                                       "γ=0 drift %", "host noise %"])
+                                       "ratio transfer MAPE %", "verdict", "γ=0 drift %",
+                                       "host noise %"])
 
 
-#: The sealed table's batch-4 columns and the step-time model's (issue 45: batch 4 apart).
+#: The sealed predictions at batch 4 and the step-time model's (issue 45: batch 4 apart).
 SEALED_BY_BATCH = ("step model MAPE %", "batch 4: model %", "batch 4: ratio %",
                    "batch 4: step model %")
 
 
-def _batch4_and_steps(g: pd.DataFrame) -> dict:
-    """NaN where a prediction sealed no step-time model (tables before it) or no batch 4."""
-    b4 = g[g["batch"] == 4]
-    steps = g.get("steps_speedup_err_pct", pd.Series(np.nan, index=g.index))
-    return dict(zip(SEALED_BY_BATCH, (
-        mape_of(steps), mape_of(b4["model_speedup_err_pct"]),
-        mape_of(b4["ratio_speedup_err_pct"]), mape_of(steps[g["batch"] == 4])), strict=True))
+def sealed_by_batch(judged: pd.DataFrame, labels: dict, sweeps: pd.DataFrame) -> pd.DataFrame:
+    """One row per sealed prediction: the step-time model's speedup MAPE where it was sealed
+    too (NaN before it was), and the three predictors' at batch 4."""
+    rows = []
+    for run, g in judged.groupby("prediction_run", sort=False):
+        b4 = g[g["batch"] == 4]
+        steps = g.get("steps_speedup_err_pct", pd.Series(np.nan, index=g.index))
+        rows.append({"host session": labels.get((g["sku"].iloc[0], sweeps.loc[run, "session"]),
+                                                g["sku"].iloc[0]),
+                     **dict(zip(SEALED_BY_BATCH, (
+                         mape_of(steps), mape_of(b4["model_speedup_err_pct"]),
+                         mape_of(b4["ratio_speedup_err_pct"]), mape_of(steps[g["batch"] == 4])),
+                         strict=True))})
+    return pd.DataFrame(rows, columns=["host session", *SEALED_BY_BATCH])
 
 
 def twin_hosts(every: pd.DataFrame) -> pd.DataFrame:
@@ -356,13 +363,15 @@ def _add_sealed(n: Numbers, root, every: pd.DataFrame) -> None:
           **_newest_by_batch(pd.Series(dtype=float)))
     if len(verdicts):
         run = judged.loc[judged["sealed_at"].idxmax(), "prediction_run"]
-        row = verdicts.iloc[list(dict.fromkeys(judged["prediction_run"])).index(run)]
+        position = list(dict.fromkeys(judged["prediction_run"])).index(run)
+        row = verdicts.iloc[position]
+        by_batch = sealed_by_batch(judged, session_labels(every), judged_sweeps(root))
         n.values.update(hu_newest_cells=int(row["cells"]),
                         hu_newest_model=float(row["model MAPE %"]),
                         hu_newest_ratio=float(row["ratio transfer MAPE %"]),
                         hu_newest_verdict=_NEWEST_WORDS[row["verdict"]],
                         hu_newest_goal="met" if row["model MAPE %"] <= goal else "missed",
-                        **_newest_by_batch(row))
+                        **_newest_by_batch(by_batch.iloc[position]))
         n.add([run])
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 from specbench.report import curves, transfer, wording
 from specbench.report.analysis import accuracy_table, sweep_cells
 from specbench.report.host_evidence import (  # the host-unit half, shown in this chapter
-    count_across, host_numbers, judged_sweeps, sealed_numbers, sealed_table, session_labels,
-    tier_table, twin_hosts, twin_summary)
+    count_across, host_numbers, judged_sweeps, sealed_by_batch, sealed_numbers, sealed_table,
+    session_labels, tier_table, twin_hosts, twin_summary)
 from specbench.report.numbers import (
     Numbers,
     direction_phrase,
@@ -35,7 +35,8 @@ from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape, mape_of
 
 __all__ = ["count_across", "headline", "host_numbers", "judged_sweeps", "numbers", "sealed_numbers",
-           "sealed_table", "session_labels", "tier_table", "twin_hosts", "twin_summary"]
+           "sealed_by_batch", "sealed_table", "session_labels", "tier_table", "twin_hosts",
+           "twin_summary"]
 
 
 

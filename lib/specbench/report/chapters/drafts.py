@@ -92,11 +92,11 @@ def _cost_findings(n: Numbers, cells: pd.DataFrame, root) -> None:
     split = cost_split(root)
     b1 = split[split["batch"] == split["batch"].min()]
     n.add(split_batch=int(b1["batch"].iloc[0]) if len(b1) else 1,
-          split_sentence="; ".join(
-              f"depth {r.depth} pays {r.per_step:.2f} of a baseline step once per drafting "
+          split_sentence=". ".join(
+              f"Depth {r.depth} pays {r.per_step:.2f} of a baseline step once per drafting "
               f"step and {r.per_token:.2f} per drafted token, "
               f"{'below' if r.per_token < r.c_leviathan else 'above'} the draft alone's "
-              f"{r.c_leviathan:.2f}" for r in b1.itertuples()) or "no depth measured at two γ")
+              f"{r.c_leviathan:.2f}" for r in b1.itertuples()) or "No depth was measured at two γ")
 
 
 def _prediction_findings(n: Numbers, root) -> None:
