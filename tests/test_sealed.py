@@ -182,9 +182,13 @@ def make_book_store(tmp_path_factory):
 def test_predict_seals_speedups_from_a_make_book_sweep(make_book_store, capsys):
     root, calibration = make_book_store
     assert main(["predict", "--calibration", str(calibration), "--root", str(root)]) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
     run = open_run(out[0])
     table = run.table(sealed.PREDICTIONS)
+    # A calibration from before the step records: batch 1 and 4 as before, no step-time model.
+    assert table["steps_speedup"].isna().all()
+    assert "batch > 1 from the step-time model needs a new `make book`" in captured.err
     assert set(table["workload"]) == set(sealed.SPEC_BENCH)
     assert set(table["gamma"]) == {2, 6} and set(table["batch"]) == {1, 4}
     assert len(table) == 24 and "24 speedups" in out[1]

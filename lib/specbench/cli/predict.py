@@ -14,6 +14,7 @@ closed 'prediction' run whose manifest hashes the table; then ``specbench sweep
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from specbench.cli import args as cliargs
@@ -162,14 +163,19 @@ def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
             raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell "
                              "with speculation to measure this host's step cost from")
         from specbench.derive.step_fits import fit_run
+        steps = fit_run(calibration)
         table = predict_speedups(cells, verify, lending, requests, workloads, gammas,
-                                 list(args.batches), args.prompts, steps=fit_run(calibration),
+                                 list(args.batches), args.prompts, steps=steps,
                                  output_tokens=calibration.manifest["grid"]["max_tokens"])
     except ValueError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if table.empty:
         parser.exit(2, f"{parser.prog}: error: no other host measured any cell asked for: "
                        "nothing to lend acceptance from")
+    if steps is None:
+        print(f"note: {calibration.path} kept no step records or ran no step probe: the "
+              "step-time model's speedups are not sealed (steps_speedup empty); batch > 1 from "
+              "the step-time model needs a new `make book` on this host", file=sys.stderr)
     used = lending[lending["workload"].isin(table["workload"])].drop_duplicates("run_id")
     manifest = _manifest(calibration, table, gammas, micro, used)
     manifest["grid"]["prompts"] = args.prompts
