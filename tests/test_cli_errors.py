@@ -56,6 +56,7 @@ BAD = [
     (["sweep", "--resume", "{broken}"], ["--resume", "manifest.json: not valid JSON"]),
     (["sweep", "--resume", "{partial}"], ["--resume", "manifest.json", "field grid",
                                           "max_tokens"]),
+    (["sweep", "--draft-depth", "99", "--gammas", "0,2"], ["draft depth 99 out of range"]),
     (["sweep", "--resume", "{floor}"],
      ["--resume", "hostfloor run, not a sweep or draft-sweep run"]),
     # sweep: conflicting flags (a resumed run keeps its own grid)
