@@ -96,14 +96,13 @@ def _truncated_tensors(target: Path, depth: int) -> dict:
 
 def build_draft(target: Path, depth: int) -> Path:
     """Write the depth-``depth`` draft of ``target`` once; return its folder."""
-    from safetensors.torch import save_file
-
     target = Path(target)
-    _check_depth(target, depth)
+    _check_depth(target, depth)   # before importing torch: a bad depth answers at once
     sha = _weights_sha256(target)
     folder = draft_dir(target, depth, sha)
     if folder.exists():
         return check_draft(folder, depth, sha)
+    from safetensors.torch import save_file
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-draft-"))
     try:
         save_file(_truncated_tensors(target, depth), staging / WEIGHTS,
