@@ -195,7 +195,7 @@ def test_other_quantities_are_not_flagged(snippet):
 
 # -- one γ rule ---------------------------------------------------------------------------------
 
-GAMMA_RULE = PKG / "report" / "plan" / "gamma.py"
+GAMMA_RULE = PKG / "theory" / "gamma_rule.py"
 # recommend, recommend_per_batch, _choose, ratio_transfer_choice, static_gamma — not the tables
 # that show recommendations (recommendation_summary) nor argparse's choice_list.
 RULE_NAME = re.compile(r"^_?(recommend(_\w+)?|choose(_\w+)?|\w+_choice|static_gamma|best_gamma)$")

@@ -77,6 +77,10 @@ def _gammas(text):
     return cliargs.int_list(text, 1, "gamma")
 
 
+def _load_levels(text):
+    return () if not text.strip() else cliargs.int_list(text, 1, "concurrency")
+
+
 def _d_list(text):
     try:
         return parse_d(text)
@@ -127,6 +131,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="tokens per prompt without its own output_tokens (64)")
     own.add_argument("--prompts", type=cliargs.positive_int, default=None,
                      help="only the first N prompts of the file (default: all)")
+    own.add_argument("--load-levels", type=_load_levels, default=(1, 2, 4, 8),
+                     metavar="C[,C...]",
+                     help="closed-loop concurrencies to predict under load through vLLM's own "
+                          "scheduler with this host's step-time model (1,2,4,8; '' skips): "
+                          "every prompt of the file is one request per level, as "
+                          "`make plan-under-load` serves them")
     own.add_argument("--no-dynamic-probe", dest="dynamic_probe", action="store_false",
                      help="skip the check that this engine honours vLLM's batch-size schedule")
 

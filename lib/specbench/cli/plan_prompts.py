@@ -74,7 +74,11 @@ def _inputs(args):
         raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell with "
                          "speculation to measure this host's step cost from")
     requests = source.candidates()[:args.prompts] if args.prompts else source.candidates()
-    return calibration, source, micro, cells, verify, requests
+    cost = None
+    if args.load_levels:
+        from specbench.measure.load_prediction import step_cost
+        cost = step_cost(calibration)
+    return calibration, source, micro, cells, verify, requests, cost
 
 
 def run(args, p: argparse.ArgumentParser) -> int:
@@ -88,7 +92,7 @@ def run(args, p: argparse.ArgumentParser) -> int:
 
     from specbench.measure.acceptance_pass import acceptance_pass, engine_settings
     try:
-        calibration, source, micro, cells, verify, requests = _inputs(args)
+        calibration, source, micro, cells, verify, requests, cost = _inputs(args)
     except (ValueError, FileNotFoundError) as exc:
         _fail(p, str(exc))
     gamma = max(args.gammas)
@@ -102,17 +106,41 @@ def run(args, p: argparse.ArgumentParser) -> int:
     with tqdm(total=len(requests), desc=f"acceptance pass γ={gamma}", unit="prompt",
               file=sys.stderr, disable=args.json) as bar:
         result = acceptance_pass(settings, requests, args.max_tokens, source.sampling(), bar,
-                                 probe_dynamic=args.dynamic_probe)
+                                 probe_dynamic=args.dynamic_probe,
+                                 count_only=source.candidates() if cost else ())
     if result.rows.empty:
         _fail(p, f"{args.workload_file}: no prompt fits the context of "
                  f"{settings.max_model_len} tokens with its output")
     table = own_prompts.predict_plan(result.rows, cells, verify, sorted(args.gammas),
                                      args.batches)
     recs = own_prompts.recommend_per_batch(table)
+    load = _load(args, calibration, settings, result, cost) if cost else None
     answer = _answer(calibration, micro, settings, table, recs, result,
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, load)
     print(json.dumps(answer, default=_jsonable) if args.json else _text(answer, table, recs))
     return 0
+
+
+def _load(args, calibration, settings, result, cost) -> dict:
+    """Every arm at every load level, predicted through vLLM's scheduler for the server
+    `make plan-under-load` starts (the serving harness's engine settings)."""
+    from tqdm import tqdm
+
+    from specbench.engine.vllm_engine import EngineSettings
+    from specbench.measure import load_prediction
+    model = calibration.manifest["model"]["path"]
+    server = EngineSettings(model=model, gamma=0, dtype=settings.dtype)
+    engine = {k: getattr(server, k) for k in ("max_num_seqs", "max_model_len",
+                                              "cpu_kvcache_gib", "enable_prefix_caching",
+                                              "prompt_lookup_min", "prompt_lookup_max")}
+    arms = (len(args.gammas) + 2) * len(args.load_levels)
+    with tqdm(total=arms, desc="load through vLLM's scheduler", unit="arm-level",
+              file=sys.stderr, disable=args.json) as bar:
+        load = load_prediction.predict_load(model, settings.dtype, engine, result.rows,
+                                            result.lengths, cost, sorted(args.gammas),
+                                            args.load_levels, args.max_tokens, progress=bar)
+    load["engine"] = engine
+    return load
 
 
 def _jsonable(value):
@@ -121,15 +149,19 @@ def _jsonable(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
-def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
+def _answer(calibration, micro, settings, table, recs, result, wall_s, load=None) -> dict:
     from specbench.engine.vllm_engine import engine_version, speculative_config_has
-    static = own_prompts.static_gamma(table)
-    schedule = own_prompts.batch_schedule(recs, settings.max_num_seqs)
+    from specbench.measure.load_prediction import static_gamma
+    if load is None:                 # without a load prediction: the batch table's answer
+        static = own_prompts.static_gamma(table)
+        schedule = own_prompts.batch_schedule(recs, settings.max_num_seqs)
+    else:                            # the running batch the scheduler predicts at each level
+        static, schedule = static_gamma(load), load["batch_schedule"]
     model, dtype = calibration.manifest["model"]["path"], settings.dtype
     recorded = calibration.manifest["engine"]["settings"]
     has_schedule = speculative_config_has("num_speculative_tokens_per_batch_size")
     probe = result.dynamic
-    return {
+    answer = {
         "calibration": {"sweep": calibration.run_id, "sku": calibration.sku,
                         "microbench": micro.run_id if micro is not None else None},
         "pass": {"gamma": settings.gamma, "prompts": len(result.rows),
@@ -151,6 +183,23 @@ def _answer(calibration, micro, settings, table, recs, result, wall_s) -> dict:
                        "tokens_per_draft_batched": probe.per_draft_batched,
                        "error": probe.error, "honoured": probe.honoured}},
     }
+    if load is not None:
+        answer["load"] = _served_load(answer, load)
+    return answer
+
+
+def _served_load(answer: dict, load: dict) -> dict:
+    """The load prediction with its 'plan' arm as the serving run will serve it: the schedule
+    where the engine honours it, else the static γ's arm."""
+    from specbench.measure.load_prediction import arm_name
+    from specbench.measure.serving.config import plan_arm
+    arm = plan_arm(answer)
+    if arm.schedule:
+        return load
+    served = arm_name(arm.gamma)
+    fixed = [a for a in load["arms"] if a["arm"] != "plan"]
+    return load | {"arms": fixed + [a | {"arm": "plan"} for a in fixed if a["arm"] == served],
+                   "plan_served_as": served}
 
 
 def _interval(point, low, high) -> str:
@@ -201,8 +250,10 @@ def _text(answer: dict, table, recs) -> str:
     elif answer["batch_schedule"] is None:
         lines.append("dynamic speculation: off at every batch size, no schedule")
     else:
-        lines += ["paste (γ per batch size, vLLM's dynamic speculation; each planned batch's γ "
-                  "up to the next):", f"  {answer['serve_dynamic']}"]
+        lines += ["paste (γ per batch size, vLLM's dynamic speculation; "
+                  + ("ranges from the running batch predicted at each load level):"
+                     if answer.get("load") else "each planned batch's γ up to the next):"),
+                  f"  {answer['serve_dynamic']}"]
         if probe is None:
             lines.append(f"  whether {e['name']} {e['version']} honours it for n-gram here: not "
                          "measured (--no-dynamic-probe)")
@@ -217,4 +268,37 @@ def _text(answer: dict, table, recs) -> str:
                          f"{r(probe['tokens_per_draft_batch_1'])} tokens per draft at batch 1, "
                          f"{r(probe['tokens_per_draft_batched'])} at batch {probe['batch']} "
                          "(its requests finish apart: the last steps run at batch 1)")
-    return "\n".join(lines)
+    return "\n".join(lines + _load_text(answer.get("load")))
+
+
+def _level(x: float) -> str:
+    """A crossover concurrency: 'never' above the levels, 'below' under the lowest."""
+    return "never" if x == math.inf else "below" if x == -math.inf else own_prompts.rounded(x)
+
+
+def _load_text(load: dict | None) -> list[str]:
+    """Per load level: each arm's predicted time per output token, and the crossover."""
+    if not load:
+        return []
+    r = own_prompts.rounded
+    arms = list(dict.fromkeys(a["arm"] for a in load["arms"]))
+    lines = ["", f"under load ({load['requests']} requests a level, closed loop; "
+                 f"{load['basis']}): predicted median ms per output token [90 %]",
+             "concurrency" + "".join(f"{name:>24}" for name in arms) + "   running batch"]
+    for level in load["levels"]:
+        here = {a["arm"]: a for a in load["arms"] if a["concurrency"] == level}
+        cells = "".join(f"{_interval(here[n]['tpot_ms'], here[n]['tpot_lo'], here[n]['tpot_hi']) if here[n]['held'] else 'not held':>24}"  # noqa: E501
+                        for n in arms)
+        best = next((b for b in load["schedule_from"] if b["concurrency"] == level), None)
+        lines.append(f"{level:>11}{cells}   " + (f"{r(best['running_batch'])} ({best['best_arm']})"
+                                                   if best else "—"))
+    lines += [f"  level {a['concurrency']}, {a['arm']}: {a['why']}" for a in load["arms"]
+              if not a["held"]]
+    cross = load["crossover"]
+    lines.append(f"speculation stops paying at concurrency {_level(cross['point'])} "
+                 f"[{_level(cross['low'])}, {_level(cross['high'])}] (levels "
+                 f"{load['levels'][0]}–{load['levels'][-1]})")
+    if load.get("plan_served_as"):
+        lines.append(f"the plan is served as {load['plan_served_as']} (its schedule is not "
+                     "honoured by this engine)")
+    return lines

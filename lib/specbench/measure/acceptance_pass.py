@@ -18,7 +18,7 @@ and the refusal is the answer.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import pandas as pd
 
@@ -66,6 +66,7 @@ class PassResult:
     startup_s: float
     wall_s: float
     dynamic: DynamicProbe | None = None
+    lengths: list[int] = field(default_factory=list)   # prompt tokens of ``count_only``
 
 
 def engine_settings(calibration_manifest: dict, model: str, gamma: int) -> EngineSettings:
@@ -101,10 +102,12 @@ def _per_draft(counters) -> float | None:
 
 
 def acceptance_pass(settings: EngineSettings, requests, max_tokens: int, sampling: dict,
-                    progress=None, probe_dynamic: bool = True) -> PassResult:
+                    progress=None, probe_dynamic: bool = True,
+                    count_only=()) -> PassResult:
     """Decode every request (a workload source's :class:`Request`) alone on one engine at
     ``settings.gamma``; per prompt, the counter delta around its call. With ``probe_dynamic``
-    the engine carries the probe schedule and one batched call follows (module text)."""
+    the engine carries the probe schedule and one batched call follows (module text).
+    ``count_only``: requests only tokenized (their lengths in ``PassResult.lengths``)."""
     started = time.perf_counter()
     rows, skipped, prompts = [], [], []
     engine, probe = _start(settings, probe_dynamic)
@@ -136,5 +139,7 @@ def acceptance_pass(settings: EngineSettings, requests, max_tokens: int, samplin
             probe.per_draft_batch1 = drafted / max(sum(r["drafts"] for r in rows), 1)
             probe.per_draft_batched = _per_draft(gen.counters)
         startup = engine.startup_s
+        # the prompt length of every request a load will send (tokenized, not decoded)
+        lengths = [len(engine.encode_chat(r.messages, r.continue_final)) for r in count_only]
     return PassResult(pd.DataFrame(rows, columns=COLUMNS), skipped, startup,
-                      time.perf_counter() - started, probe)
+                      time.perf_counter() - started, probe, lengths)

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from specbench.theory.economics import crossover_point
+
 __all__ = ["add_costs", "speedups", "crossover_point", "crossovers", "serving_tables"]
 
 
@@ -58,23 +60,6 @@ def speedups(requests: pd.DataFrame, seed: int = 0, n_boot: int = 2000) -> pd.Da
                          "speedup_hi": float(np.percentile(boot, 97.5))})
     return pd.DataFrame(rows, columns=["workload", "gamma", "concurrency", "speedup",
                                        "speedup_lo", "speedup_hi"])
-
-
-def crossover_point(concurrency: np.ndarray, speedup: np.ndarray) -> float:
-    """The concurrency where the speedup first falls below 1, interpolated linearly in
-    log2(concurrency) between the two levels around it; -inf when it is below 1 already at the
-    lowest level, +inf when it never falls below 1 in range."""
-    order = np.argsort(concurrency)
-    c, s = np.asarray(concurrency, float)[order], np.asarray(speedup, float)[order]
-    below = np.nonzero(s < 1)[0]
-    if not len(below):
-        return math.inf
-    i = below[0]
-    if i == 0:
-        return -math.inf
-    x0, x1 = np.log2(c[i - 1]), np.log2(c[i])
-    x = x0 + (s[i - 1] - 1) / (s[i - 1] - s[i]) * (x1 - x0)
-    return float(2 ** x)
 
 
 def crossovers(requests: pd.DataFrame, seed: int = 0, n_boot: int = 1000) -> pd.DataFrame:

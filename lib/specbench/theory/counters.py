@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SpecCounters", "DecodeTally"]
+__all__ = ["SpecCounters", "DecodeTally", "accepted_lengths"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,17 @@ class DecodeTally:
         worksheet's *modelled* expectation (1−α^(k+1))/(1−α)."""
         steps = self.decode_steps
         return self.decoded_tokens / steps if steps else float("nan")
+
+
+def accepted_lengths(gamma: int, drafts: int, accepted_per_pos):
+    """Drafts by accepted length L = 0…γ, from the number of drafts and vLLM's per-position
+    accepted counts (``accepted_per_pos``: a sequence, or the stored ``"a;b;c"`` text): a draft
+    accepting position i accepted every position before it, so the count at L is the drafts
+    accepting ≥ L minus those accepting ≥ L + 1."""
+    import numpy as np
+    if isinstance(accepted_per_pos, str):
+        accepted_per_pos = [x for x in accepted_per_pos.split(";") if x.strip()]
+    per_pos = [int(float(x)) for x in accepted_per_pos]
+    per_pos = (per_pos + [0] * gamma)[:gamma]
+    at_least = [int(drafts)] + per_pos + [0]     # drafts accepting ≥ 0, ≥ 1, …, > γ
+    return np.array([at_least[i] - at_least[i + 1] for i in range(gamma + 1)], dtype=float)

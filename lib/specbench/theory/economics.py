@@ -21,6 +21,7 @@ from scipy.optimize import brentq
 from specbench.theory._validate import check, scalar_or_array
 
 __all__ = [
+    "crossover_point",
     "tokens_per_step",
     "net_speedup",
     "optimal_k",
@@ -175,3 +176,20 @@ def worksheet_values() -> dict:
         "table3_v0.25_loss_min": v_loss.min(), "table3_v0.25_loss_max": v_loss.max(),
         "best_c0.10_a0.5": max(net_speedup(0.5, k, 0.10) for k in range(1, 8)),
     }
+
+
+def crossover_point(concurrency: np.ndarray, speedup: np.ndarray) -> float:
+    """The concurrency where the speedup first falls below 1, interpolated linearly in
+    log2(concurrency) between the two levels around it; -inf when it is below 1 already at the
+    lowest level, +inf when it never falls below 1 in range."""
+    order = np.argsort(concurrency)
+    c, s = np.asarray(concurrency, float)[order], np.asarray(speedup, float)[order]
+    below = np.nonzero(s < 1)[0]
+    if not len(below):
+        return math.inf
+    i = below[0]
+    if i == 0:
+        return -math.inf
+    x0, x1 = np.log2(c[i - 1]), np.log2(c[i])
+    x = x0 + (s[i - 1] - 1) / (s[i - 1] - s[i]) * (x1 - x0)
+    return float(2 ** x)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
+from specbench.derive.steps import STEP_RECORDS
 from specbench.engine.vllm_engine import EngineSettings
 from specbench.measure.serving.client import (
     client_argv,
@@ -52,8 +54,11 @@ def _measure_arm(run: Run, cfg: ServingConfig, model: str, arm: Arm, levels: lis
                  datasets: dict, tmp: Path, progress) -> None:
     """One server for ``arm``; for each workload with levels left, its warmup, then each
     level, written into the run the moment it is measured."""
+    # Every engine step is recorded into the run (specbench.engine.step_records), one file per
+    # arm: what a step under load holds, to check the scheduler-driven load prediction against.
+    records = run.path / STEP_RECORDS / f"arm-{arm.gamma}{'-plan' if arm.planned else ''}.jsonl"
     settings = EngineSettings(model=model, gamma=arm.gamma, dtype=cfg.dtype,
-                              batch_schedule=arm.schedule)
+                              batch_schedule=arm.schedule, step_records=str(records))
     with Server(settings, ready_timeout_s=cfg.ready_timeout_s, log_dir=tmp) as server:
         record = {"arm": arm.name, "gamma": arm.gamma, "port": server.port,
                   "healthy_at": now_iso(), "startup_s": round(server.startup_s, 1),
@@ -63,9 +68,11 @@ def _measure_arm(run: Run, cfg: ServingConfig, model: str, arm: Arm, levels: lis
         for workload in dict.fromkeys(level.workload for level in levels):
             _warm_up(server, cfg, workload, datasets[workload], tmp)
             for level in (lv for lv in levels if lv.workload == workload):
+                started = time.monotonic_ns()
                 row, reqs = measure_level(server, workload, datasets[workload], cfg.load,
                                           level.mode, level.level, tmp)
-                keep_level(run, level, level_record(level, row, reqs, record))
+                window = {"monotonic_ns": [started, time.monotonic_ns()]}
+                keep_level(run, level, level_record(level, row, reqs, record | window))
                 progress(f"[serving] {arm.name} {workload} {level.mode} {level.level:g}: "
                          f"median TPOT {row['p50_tpot_ms']:.1f} ms, goodput "
                          f"{row['goodput']:.2f} req/s, mean batch {row['mean_running']:.2f}")

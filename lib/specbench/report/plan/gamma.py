@@ -12,6 +12,13 @@ from specbench.report.plan.acceptance import counter_rows, per_position_acceptan
 from specbench.store.cache import memoised
 from specbench.store.runs import DEFAULT_ROOT, Run
 from specbench.theory._validate import check
+from specbench.theory.gamma_rule import (  # the one rule, re-exported here
+    TIE_RTOL,
+    fastest,
+    recommend,
+    recommend_by_speedup,
+    relative_pot,
+)
 from specbench.theory.roofline import ModelShape, Sku, verify_overhead
 
 __all__ = ["NEAR_BEST_PCT", "TIE_RTOL", "recommend", "fastest", "relative_pot",
@@ -22,43 +29,6 @@ __all__ = ["NEAR_BEST_PCT", "TIE_RTOL", "recommend", "fastest", "relative_pot",
 # A recommendation that misses the fastest measured γ but whose own measured speedup is within
 # this many percent of the fastest is reported as near it (about the repetitions' spread).
 NEAR_BEST_PCT = 5.0
-
-# Two predicted latencies closer than this (relative) are a tie: eq. 1 with a compute-bound
-# d(γ) ∝ γ gives the same pot at several γ, equal up to the last bits of a float.
-TIE_RTOL = 1e-9
-
-
-# -- the rule ------------------------------------------------------------------------------
-
-def recommend(pot_by_gamma: dict[int, float], t_base: float) -> int:
-    """The γ with the lowest pot; 0 unless it is strictly below ``t_base``; ties → smaller γ.
-
-    The one γ rule: ``specbench plan`` (explicit numbers and runs), the planning chapter, the
-    planner of the regret table and the own-prompts plan (:func:`recommend_by_speedup`) all
-    choose with it, so changing the rule here changes every one of them."""
-    best_gamma, best_pot = 0, float(t_base)
-    for gamma in sorted(g for g in pot_by_gamma if g > 0):
-        pot = float(pot_by_gamma[gamma])
-        if pot < best_pot and not math.isclose(pot, best_pot, rel_tol=TIE_RTOL):
-            best_gamma, best_pot = gamma, pot
-    return best_gamma
-
-
-def fastest(pot_by_gamma: dict[int, float]) -> int:
-    """The rule without its option of speculation off: the γ > 0 with the lowest pot (what
-    :func:`recommend` would run were speculation always on), ties → smaller γ."""
-    return recommend(pot_by_gamma, math.inf)
-
-
-def relative_pot(speedup_by_gamma: dict[int, float]) -> dict[int, float]:
-    """Speedups over speculation off as pot relative to t_base: a speedup s is a pot of
-    t_base/s, so 1/s against a t_base of 1."""
-    return {int(g): 1.0 / float(s) for g, s in speedup_by_gamma.items()}
-
-
-def recommend_by_speedup(speedup_by_gamma: dict[int, float]) -> int:
-    """:func:`recommend` for predictions stated as speedups over speculation off."""
-    return recommend(relative_pot(speedup_by_gamma), 1.0)
 
 
 def predicted_pot(t_base, alpha, gamma, d, host_ms, divisor=None):

@@ -40,21 +40,13 @@ import pandas as pd
 
 from specbench.report.plan.gamma import fastest, recommend, recommend_by_speedup, relative_pot
 from specbench.report.step_cost import cell_step_costs, step_costs
+from specbench.theory.counters import accepted_lengths
 
 __all__ = ["rates_at", "measured_costs", "step_cost_at", "predict_plan", "recommend_per_batch",
            "static_gamma", "batch_schedule", "serve_command", "INTERVAL"]
 
 INTERVAL = 0.90
 DRAWS = 2000
-
-
-def _accepted_lengths(row) -> np.ndarray:
-    """Drafts by accepted length L = 0…γ, from the drafts and the per-position counts."""
-    gamma = int(row["gamma"])
-    per_pos = [int(float(x)) for x in str(row["accepted_per_pos"]).split(";") if x.strip()]
-    per_pos = (per_pos + [0] * gamma)[:gamma]
-    at_least = [int(row["drafts"])] + per_pos + [0]     # drafts accepting ≥ 0, ≥ 1, …, > γ
-    return np.array([at_least[i] - at_least[i + 1] for i in range(gamma + 1)], dtype=float)
 
 
 def rates_at(rows: pd.DataFrame, gamma: int) -> pd.DataFrame:
@@ -66,7 +58,7 @@ def rates_at(rows: pd.DataFrame, gamma: int) -> pd.DataFrame:
         if gamma > pass_gamma:
             raise ValueError(f"γ={gamma} is above the pass's γ={pass_gamma}: acceptance at a "
                              "larger γ is not in its counters")
-        counts = _accepted_lengths(row)
+        counts = accepted_lengths(pass_gamma, int(row["drafts"]), row["accepted_per_pos"])
         lengths = np.arange(pass_gamma + 1)
         split = np.ceil((lengths + 1) / (gamma + 1))
         drafting = float((counts * split).sum())
