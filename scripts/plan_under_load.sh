@@ -39,15 +39,10 @@ if [ -s "$record" ] && $py -c "$still_running" "$(cat "$record")/manifest.json" 
 fi
 args=(--calibration "$calibration" --workload-file "$prompts" --prompts "${PLAN_PROMPTS:-20}")
 [ "$microbench" != - ] && args+=(--microbench "$microbench")
-# The plan (and its load prediction through vLLM's scheduler) is made once per inputs and
-# sealed: the serving run's manifest keeps it as it was before the load ran.
-plan=$folder/plan-$(printf '%s' "$inputs" | sha256sum | cut -c1-16).json
-if [ -s "$plan" ]; then
-    echo "plan made already for these inputs: $plan"
-else
-    $py -m specbench.cli.main plan "${args[@]}" --load-levels "$levels" --json > "$plan.tmp"
-    mv "$plan.tmp" "$plan"
-fi
+# The plan, with its load prediction through vLLM's scheduler, is sealed before the load: the
+# serving run's manifest keeps it as it was (a resumed run serves the plan it recorded).
+plan=$folder/plan.json
+$py -m specbench.cli.main plan "${args[@]}" --load-levels "$levels" --json > "$plan"
 echo "plan: $plan"
 SPECBENCH_RUN_RECORD=$record $py -m specbench.cli.main serve-bench --plan "$plan" \
     --workloads "file:$prompts" --gammas 0,2,4,6 --concurrencies "$levels" --request-rates '' \

@@ -4,6 +4,7 @@ Arithmetic on small frames in the serving run's own formats (levels.csv, request
 real server is driven with the plan's flags in tests/test_serving.py.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -143,6 +144,25 @@ def test_the_crossover_is_measured_on_the_envelope_and_predicted_from_the_plan()
     assert cross["within_one_level"]
     far = {**PLAN, "recommendation": [{**r, "best_speedup": 0.8} for r in PLAN["recommendation"]]}
     assert not under_load.crossover(_Run(slower, far))["within_one_level"]
+
+
+@pytest.mark.parametrize("point, low, high, inside", [
+    ("inf", "inf", "inf", True),           # JSON has no infinity: the plan writes "inf"
+    (float("inf"), 6.0, None, True),       # or a float that json reads as one
+    (6.0, 5.0, "inf", True),               # a point in [4, 8) is not "never", but its
+    (6.0, 5.0, 7.0, False),                # interval holds "never" only if it reaches it
+    (None, None, None, False),             # null: unknown, predicts nothing
+    ("-inf", "-inf", "-inf", False),
+])
+def test_a_load_prediction_of_never_holds_a_measured_never(point, low, high, inside):
+    """Speculation pays at every level (measured crossover +inf): the prediction holds it when
+    its interval reaches +inf or its point lies beyond the top level too."""
+    paying = {k: (v if k[0] == "off" else v * 0.5) for k, v in _tpot({}).items()}
+    paying.update({("plan", 6, c): 10 for c in (1, 2, 4, 8)})
+    plan = {**PLAN, "load": {"crossover": {"point": point, "low": low, "high": high}}}
+    cross = under_load.crossover(_Run(paying, plan))
+    assert cross["measured"] == math.inf and cross["predicted_from"] == "load"
+    assert cross["measured_in_predicted"] is inside
 
 
 def test_the_printed_serve_line_round_trips_to_the_arm_served():

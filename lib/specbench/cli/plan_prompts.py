@@ -208,7 +208,7 @@ def _interval(point, low, high) -> str:
 
 
 def _text(answer: dict, table, recs) -> str:
-    p, e = answer["pass"], answer["engine"]
+    p = answer["pass"]
     r = own_prompts.rounded
     lines = [f"plan for {p['prompts']} prompts on {answer['calibration']['sku']}, calibration "
              f"{answer['calibration']['sweep']} (step cost), microbenchmark "
@@ -243,6 +243,12 @@ def _text(answer: dict, table, recs) -> str:
     lines += ["", "paste (one γ for every load, the best geometric mean over the batches):",
               "  " + (answer["serve_static"]
                       or "speculation off: vllm serve without --speculative-config")]
+    return "\n".join(lines + _dynamic_text(answer) + _load_text(answer.get("load")))
+
+
+def _dynamic_text(answer: dict) -> list[str]:
+    """The batch-size schedule to paste, and whether this engine honours it."""
+    e, r, lines = answer["engine"], own_prompts.rounded, []
     probe = e["schedule_probe"]
     if not e["has_batch_schedule"]:
         lines.append(f"dynamic speculation: this build ({e['name']} {e['version']}) has no "
@@ -268,7 +274,7 @@ def _text(answer: dict, table, recs) -> str:
                          f"{r(probe['tokens_per_draft_batch_1'])} tokens per draft at batch 1, "
                          f"{r(probe['tokens_per_draft_batched'])} at batch {probe['batch']} "
                          "(its requests finish apart: the last steps run at batch 1)")
-    return "\n".join(lines + _load_text(answer.get("load")))
+    return lines
 
 
 def _level(x: float) -> str:

@@ -92,8 +92,11 @@ def _engine_args(model: str, dtype: str, gamma: int, schedule, settings: dict):
 def scheduler_config(model: str, dtype: str, gamma: int, schedule=None,
                      settings: dict | None = None):
     """The ``VllmConfig`` the server builds from these engine arguments (the serving harness's
-    ``vllm serve`` flags: :mod:`specbench.measure.serving.server`)."""
-    return _engine_args(model, dtype, gamma, schedule, settings or {}).create_engine_config()
+    ``vllm serve`` flags: :mod:`specbench.measure.serving.server`), with the OpenAI server's
+    defaults (on a CPU its token budget is half the ``LLM`` class's)."""
+    from vllm.usage.usage_lib import UsageContext
+    return _engine_args(model, dtype, gamma, schedule, settings or {}).create_engine_config(
+        UsageContext.OPENAI_API_SERVER)
 
 
 def kv_blocks(config, kvcache_gib: float) -> int:
@@ -183,6 +186,88 @@ class _Drafting:
         return [PLACEHOLDER_TOKEN] * gamma if self.left.get(req_id, 0) >= 1 else []
 
 
+class _ClosedLoop:
+    """vLLM's scheduler with a closed-loop client: the requests still to send, each request's
+    timeline (in steps), the tokens each has emitted, and the steps so far."""
+
+    def __init__(self, config, num_blocks: int, profiles: list[DraftProfile],
+                 output_tokens: int, seed: int):
+        spec = config.speculative_config
+        self.gamma = spec.num_speculative_tokens if spec is not None else 0
+        self.scheduler = _scheduler(config, num_blocks)
+        self.profiles, self.output_tokens = profiles, output_tokens
+        self.drafting = _Drafting({f"r{i}": p for i, p in enumerate(profiles)},
+                                  np.random.default_rng(seed))
+        self.timeline = {f"r{i}": {"request": f"r{i}", "prompt_tokens": p.prompt_tokens}
+                         for i, p in enumerate(profiles)}
+        self.queue = list(range(len(profiles)))
+        self.emitted: dict[str, int] = {}
+        self.steps: list[dict] = []
+
+    def send(self) -> None:
+        index = self.queue.pop(0)
+        self.scheduler.add_request(_request(index, self.profiles[index], self.output_tokens))
+        self.timeline[f"r{index}"]["arrival_step"] = len(self.steps)
+
+    def sampled(self, output, rid: str, first_tokens: set) -> list[int]:
+        """What the model would sample for one scheduled row (module text)."""
+        request = self.scheduler.requests[rid]
+        if request.num_output_tokens == 0:
+            done = request.num_computed_tokens + output.num_scheduled_tokens[rid]
+            if done < request.num_prompt_tokens:
+                return []                          # a prefill chunk: nothing sampled yet
+            first_tokens.add(rid)
+            return [PLACEHOLDER_TOKEN]
+        drafts = output.scheduled_spec_decode_tokens.get(rid) or ()
+        real = sum(1 for t in drafts if t >= 0)
+        return [PLACEHOLDER_TOKEN] * self.drafting.emitted(rid, real)
+
+    def step(self) -> int:
+        """One engine step: schedule, sample, update, hand over the next drafts. Returns how
+        many requests finished (0 for a step that only cleared finished requests)."""
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+        output = self.scheduler.schedule()
+        if not output.total_num_scheduled_tokens:
+            # A step after the last requests finished only clears them (EngineCore steps so
+            # too); nothing scheduled with requests left is a level it cannot hold.
+            if self.scheduler.get_num_unfinished_requests():
+                raise RuntimeError("vLLM's scheduler scheduled nothing with requests waiting "
+                                   "(a level it cannot hold)")
+            return 0
+        counts = count_step(output)
+        counts["gamma"] = int(getattr(output, "num_spec_tokens_to_schedule", self.gamma) or 0)
+        first_tokens: set[str] = set()
+        req_ids = list(output.num_scheduled_tokens)
+        result = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+            sampled_token_ids=[self.sampled(output, rid, first_tokens) for rid in req_ids])
+        finished = self._record(self.scheduler.update_from_output(output, result), first_tokens)
+        live = [r for r in req_ids if r in self.scheduler.requests
+                and not self.scheduler.requests[r].is_finished()
+                and self.scheduler.requests[r].num_output_tokens > 0]
+        if self.gamma > 0 and live:
+            # The proposer drafts the γ the scheduler chose for the step just run (vLLM's
+            # model runner passes num_spec_tokens_to_schedule to it); they are verified next.
+            self.scheduler.update_draft_token_ids(DraftTokenIds(
+                live, [self.drafting.propose(r, counts["gamma"]) for r in live]))
+        self.steps.append(counts)
+        return finished
+
+    def _record(self, engine_outputs, first_tokens: set) -> int:
+        step = len(self.steps)
+        for rid in first_tokens:
+            self.timeline[rid]["first_step"] = step
+        finished = 0
+        for out in (o for outs in engine_outputs.values() for o in outs.outputs):
+            self.emitted[out.request_id] = (self.emitted.get(out.request_id, 0)
+                                            + len(out.new_token_ids))
+            if out.finish_reason is not None:
+                self.timeline[out.request_id] |= {"finish_step": step, "output_tokens":
+                                                  self.emitted[out.request_id]}
+                finished += 1
+        return finished
+
+
 def simulate_closed_loop(config, num_blocks: int, profiles: list[DraftProfile],
                          concurrency: int, output_tokens: int, seed: int = 0,
                          max_steps: int = 200_000) -> SimulatedLoad:
@@ -190,82 +275,17 @@ def simulate_closed_loop(config, num_blocks: int, profiles: list[DraftProfile],
     benchmark client with ``--max-concurrency``: all released at once, the next sent when one
     finishes), through vLLM's scheduler. Raises :class:`LoadNotHeld` for a level it cannot
     hold at once."""
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     check_held(config, num_blocks, concurrency, max(p.prompt_tokens for p in profiles),
                output_tokens)
-    spec = config.speculative_config
-    gamma = spec.num_speculative_tokens if spec is not None else 0
-    scheduler = _scheduler(config, num_blocks)
-    by_id = {f"r{i}": p for i, p in enumerate(profiles)}
-    drafting = _Drafting(by_id, np.random.default_rng(seed))
-    timeline = {rid: {"request": rid, "prompt_tokens": p.prompt_tokens} for rid, p in
-                by_id.items()}
-    queue = list(range(len(profiles)))
-    emitted: dict[str, int] = {}
-    steps = []
-
-    def send(step: int) -> None:
-        index = queue.pop(0)
-        scheduler.add_request(_request(index, profiles[index], output_tokens))
-        timeline[f"r{index}"]["arrival_step"] = step
-
-    for _ in range(min(concurrency, len(queue))):
-        send(0)
-    step = 0
-    while scheduler.has_requests():
-        if step >= max_steps:
+    loop = _ClosedLoop(config, num_blocks, profiles, output_tokens, seed)
+    for _ in range(min(concurrency, len(profiles))):
+        loop.send()
+    while loop.scheduler.has_requests():
+        if len(loop.steps) >= max_steps:
             raise RuntimeError(f"the simulated load did not finish in {max_steps} steps")
-        output = scheduler.schedule()
-        if not output.total_num_scheduled_tokens:
-            # A step after the last requests finished only clears them (EngineCore steps so
-            # too); nothing scheduled with requests left is a level it cannot hold.
-            if scheduler.get_num_unfinished_requests():
-                raise RuntimeError("vLLM's scheduler scheduled nothing with requests waiting "
-                                   "(a level it cannot hold)")
-            continue
-        counts = count_step(output)
-        counts["gamma"] = int(getattr(output, "num_spec_tokens_to_schedule", gamma) or 0)
-        steps.append(counts)
-        sampled, finished_prefill = [], set()
-        req_ids = list(output.num_scheduled_tokens)
-        for rid in req_ids:
-            request = scheduler.requests[rid]
-            drafts = output.scheduled_spec_decode_tokens.get(rid) or ()
-            real = sum(1 for t in drafts if t >= 0)
-            done_after = request.num_computed_tokens + output.num_scheduled_tokens[rid]
-            if request.num_output_tokens == 0 and done_after < request.num_prompt_tokens:
-                sampled.append([])                  # a prefill chunk: nothing sampled yet
-                continue
-            if request.num_output_tokens == 0:
-                finished_prefill.add(rid)
-                sampled.append([PLACEHOLDER_TOKEN])
-                continue
-            sampled.append([PLACEHOLDER_TOKEN] * drafting.emitted(rid, real))
-        result = ModelRunnerOutput(req_ids=req_ids,
-                                   req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=sampled)
-        engine_outputs = scheduler.update_from_output(output, result)
-        for rid in finished_prefill:
-            timeline[rid]["first_step"] = step
-        done = [o.request_id for outs in engine_outputs.values() for o in outs.outputs
-                if o.finish_reason is not None]
-        for o in (o for outs in engine_outputs.values() for o in outs.outputs):
-            emitted[o.request_id] = emitted.get(o.request_id, 0) + len(o.new_token_ids)
-        for rid in done:
-            timeline[rid]["finish_step"] = step
-            timeline[rid]["output_tokens"] = emitted.get(rid, 0)
-        live = [r for r in req_ids if r in scheduler.requests
-                and not scheduler.requests[r].is_finished()
-                and scheduler.requests[r].num_output_tokens > 0]
-        if gamma > 0 and live:
-            # The proposer drafts the γ the scheduler chose for the step just run (vLLM's
-            # model runner passes num_spec_tokens_to_schedule to it); they are verified next.
-            scheduler.update_draft_token_ids(DraftTokenIds(
-                live, [drafting.propose(r, counts["gamma"]) for r in live]))
-        step += 1
-        for _ in done:
-            if queue:
-                send(step)
-    frame = pd.DataFrame(steps)
+        for _ in range(loop.step()):
+            if loop.queue:
+                loop.send()
+    frame = pd.DataFrame(loop.steps)
     frame["running"] = frame["rows"]
-    return SimulatedLoad(frame, pd.DataFrame(list(timeline.values())))
+    return SimulatedLoad(frame, pd.DataFrame(list(loop.timeline.values())))

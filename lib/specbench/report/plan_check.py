@@ -1,6 +1,8 @@
 """The planning chapter's check of the operator's plan under real load: the latest serving run
 with a plan arm (``make plan-under-load``), its regret per level beside "always γ=4" and ratio
-transfer, and the crossover measured and predicted (:mod:`specbench.report.plan.under_load`)."""
+transfer, and the crossover measured and predicted (:mod:`specbench.report.plan.under_load`);
+and, where a plan also predicted every server at every level through vLLM's scheduler
+(``plan["load"]``), that prediction against the measurement (:func:`load_numbers`)."""
 from __future__ import annotations
 
 import math
@@ -13,7 +15,8 @@ from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
-__all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS"]
+__all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS", "latest_load_check",
+           "load_numbers", "fig_load", "load_table"]
 
 #: The issue's goals for the plan's regret over load levels: median, worst.
 REGRET_GOALS = (0.05, 0.10)
@@ -205,3 +208,154 @@ def fig_tpot_by_arm(latencies: pd.DataFrame) -> alt.LayerChart:
         strokeDash=alt.condition(alt.datum.arm == "plan", alt.value([1, 0]), alt.value([4, 3])))
     bars = alt.Chart(data).mark_rule().encode(x=x, y="tpot_lo:Q", y2="tpot_hi:Q", color=colour)
     return (bars + line).properties(width=420, height=260)
+
+
+# -- every server under load, predicted through vLLM's scheduler ------------------------------
+
+#: The panels' order: speculation off, the fixed γ, then the plan's own server.
+ARM_ORDER = ["off", "γ=2", "γ=4", "γ=6", "plan"]
+
+
+def latest_load_check(root=DEFAULT_ROOT) -> Run | None:
+    """The latest serving run whose plan predicted every server under load, or None."""
+    checks = [r for r in load_runs(root, kind="serving") if under_load.has_load_prediction(r)]
+    return checks[-1] if checks else None
+
+
+def load_numbers(root=DEFAULT_ROOT) -> Numbers:
+    """The ``ld_*`` values of the chapter's paragraph on the scheduler-driven prediction: one
+    computed sentence (``ld_finding``) and the numbers in it, the captions, and the tables
+    ``load_predictions`` and ``load_table``. Without such a run in the store the sentence says
+    so and the captions and tables are empty, so the page shows nothing else."""
+    run = latest_load_check(root)
+    if run is None:
+        return _no_load_numbers(root)
+    table = under_load.load_predictions(run)
+    totals = under_load.load_summary(table)
+    cross = under_load.crossover(run)
+    values = {"ld_run": run.run_id, "ld_basis": run.manifest["plan"]["load"].get("basis", ""),
+              "ld_n": totals["n"], "ld_within": totals["n_within_goal"],
+              "ld_not_held": totals["n_not_held"], "ld_inside": totals["n_inside"],
+              "ld_err_median_pct": totals["median_pct"], "ld_err_worst_pct": totals["worst_pct"],
+              "ld_worst_arm": totals["worst_arm"], "ld_worst_level": totals["worst_concurrency"],
+              "ld_goal_pct": under_load.LOAD_GOAL_PCT, "ld_cap_pct": under_load.LOAD_WORST_PCT,
+              "ld_goal": "met" if totals["met"] else "missed",
+              "ld_cross_measured": _crossover_phrase(cross["measured"], cross["measured_lo"],
+                                                     cross["measured_hi"], cross["levels"]),
+              "ld_cross_predicted": _predicted_interval_phrase(cross),
+              "ld_cross_verdict": _crossover_verdict(cross)}
+    values["ld_finding"] = (_load_finding(values) if totals["n"] else
+                            "The plan's prediction under load held no server at any level "
+                            f"({next(iter(table['why'].dropna()), 'no arm predicted')}).")
+    values.update(_load_captions(values, present=True))
+    return Numbers(values=values, runs=[run.run_id],
+                   tables={"load_predictions": table, "load_table": load_table(table)})
+
+
+def _no_load_numbers(root) -> Numbers:
+    planned = [r for r in load_runs(root, kind="serving") if under_load.has_plan(r)]
+    sentence = (f"None of the {len(planned)} stored serving runs with a plan carries the plan's "
+                "prediction of every server at every load level through vLLM's scheduler, so "
+                "that prediction has nothing to be checked against yet.")
+    values = {"ld_finding": sentence, **_load_captions({}, present=False)}
+    return Numbers(values=values, runs=[], tables={})
+
+
+def _load_finding(v: dict) -> str:
+    """The paragraph's finding: how far the prediction erred, and where the crossover fell."""
+    return (f"Driven through vLLM's own scheduler, the plan predicted each server's median "
+            f"time per output token with a median error of {v['ld_err_median_pct']:.1f} % and "
+            f"a worst of {v['ld_err_worst_pct']:.1f} % ({v['ld_worst_arm']} at concurrency "
+            f"{v['ld_worst_level']}); {v['ld_within']} of {v['ld_n']} server × level "
+            f"predictions are within {v['ld_goal_pct']:g} %. The goal, each server's median error "
+            f"within {v['ld_goal_pct']:g} % and no level's beyond {v['ld_cap_pct']:g} %, is "
+            f"{v['ld_goal']}. Speculation stopped paying {v['ld_cross_measured']}, "
+            f"{v['ld_cross_verdict']} ({v['ld_cross_predicted']}).")
+
+
+def _predicted_interval_phrase(cross: dict) -> str:
+    point, low, high = cross["predicted"], cross["predicted_lo"], cross["predicted_hi"]
+    if math.isnan(point):
+        return "the prediction names no crossover"
+    said = "predicted " + _crossover_phrase(point, math.nan, math.nan, cross["levels"])
+    if math.isnan(low) or math.isnan(high):
+        return said
+    return f"{said}, interval {_level(low)} to {_level(high)}"
+
+
+def _crossover_verdict(cross: dict) -> str:
+    """Inside the predicted interval, else at the predicted load level, else neither."""
+    low, high, measured = cross["predicted_lo"], cross["predicted_hi"], cross["measured"]
+    if low <= measured <= high:    # NaN bounds compare False
+        return "inside the predicted interval"
+    if cross["measured_in_predicted"]:
+        return "outside the predicted interval but between the same two load levels"
+    return "outside the predicted interval and its load level"
+
+
+def _load_captions(v: dict, present: bool) -> dict:
+    """The figure's and table's captions; empty where there is nothing to show."""
+    if not present:
+        return {"ld_fig_caption": "", "ld_table_caption": "", "ld_source": (
+            "No stored serving run's plan holds a prediction under load (its `load` field); "
+            "`specbench.report.plan_check.load_numbers` looks for the latest that does.")}
+    held = " A level the plan did not predict gives its reason." if v["ld_not_held"] else ""
+    return {
+        "ld_fig_caption": (
+            "Figure — time per output token against load, one panel per server: the band is "
+            "the plan's predicted 90 % interval of the median, the line its prediction, the "
+            "points the measured medians with 95 % bootstrap intervals. A point outside its "
+            "band is a level the scheduler-driven prediction missed."),
+        "ld_table_caption": (
+            "Table — per server and load level, the predicted median time per output token "
+            "(90 % interval) beside the measured one (95 % interval), the signed error, whether "
+            "the measurement lies in the predicted interval, and the predicted and measured "
+            "running batch." + held),
+        "ld_source": (
+            f"The predictions under load are the `load` field of serving run {v['ld_run']}'s "
+            f"plan, made before the load ({v['ld_basis']}), and are read by "
+            "`specbench.report.plan_check.load_numbers` (figure: `fig_load`, table: "
+            "`load_table`).")}
+
+
+def load_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Predicted against measured per server and level, as the page shows it (7 columns)."""
+    def iv(point, lo, hi):
+        return f"{point:.1f} [{lo:.1f}, {hi:.1f}]"
+    predicted = [iv(r.predicted_tpot_ms, r.predicted_lo, r.predicted_hi) if r.held
+                 else f"not predicted: {r.why}" for r in table.itertuples()]
+    return pd.DataFrame({
+        "server": table["arm"], "concurrency": table["concurrency"],
+        "predicted TPOT (ms) [90 %]": predicted,
+        "measured TPOT (ms) [95 %]": [iv(a, b, c) for a, b, c in zip(
+            table["measured_tpot_ms"], table["measured_lo"], table["measured_hi"],
+            strict=True)],
+        "error %": table["error_pct"].round(1),
+        "in interval": table["inside"].map({True: "yes", False: "no"}).fillna("—"),
+        "running batch, predicted / measured": [
+            f"{p:.2f} / {m:.2f}" if p == p else f"— / {m:.2f}"
+            for p, m in zip(table["predicted_running"], table["measured_running"],
+                            strict=True)]})
+
+
+def fig_load(table: pd.DataFrame | None) -> alt.FacetChart | None:
+    """Predicted (band and line) against measured (points, 95 % intervals) median TPOT over
+    concurrency, one panel per server; None where there is no prediction to show."""
+    if table is None or table.empty:
+        return None
+    data = table.drop(columns=["why", "inside"])
+    x = alt.X("concurrency:Q", title="concurrency",
+              scale=alt.Scale(type="log", base=2), axis=alt.Axis(values=sorted(
+                  int(c) for c in data["concurrency"].unique())))
+    band = alt.Chart().mark_area(opacity=0.25).encode(
+        x=x, y=alt.Y("predicted_lo:Q", title="median TPOT (ms)"),
+        y2="predicted_hi:Q")
+    line = alt.Chart().mark_line().encode(x=x, y="predicted_tpot_ms:Q")
+    bars = alt.Chart().mark_rule(color="black").encode(x=x, y="measured_lo:Q",
+                                                       y2="measured_hi:Q")
+    points = alt.Chart().mark_point(color="black", filled=True).encode(
+        x=x, y="measured_tpot_ms:Q", tooltip=["arm", "concurrency", "predicted_tpot_ms",
+                                              "measured_tpot_ms", "error_pct"])
+    return alt.layer(band, line, bars, points, data=data).properties(
+        width=130, height=130).facet(
+        facet=alt.Facet("arm:N", title=None, sort=ARM_ORDER), columns=3)

@@ -11,9 +11,16 @@ one's prompts). The crossover — the load where speculation stops paying — is
 envelope (speculation off over the best fixed γ at each level) and predicted from the plan's
 recommendation (its best predicted speedup per batch), both with
 :func:`~specbench.report.serving_economics.crossover_point`.
+
+A plan made with a step model also predicts every arm at every level by driving vLLM's own
+scheduler (``plan["load"]``, sealed before the load): :func:`load_predictions` sets each
+prediction beside the measured median, :func:`load_summary` scores them, and :func:`crossover`
+then takes the predicted crossover and its interval from there. Older plans have no ``load``
+and keep the recommendation's crossover.
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -24,15 +31,32 @@ from specbench.report.serving_economics import crossover_point
 from specbench.store.runs import Run
 from specbench.theory.errors import percent_error
 
-__all__ = ["has_plan", "arm_latencies", "ratio_transfer_choice", "regrets", "crossover",
-           "summary", "predicted_vs_measured", "BASELINE_GAMMA"]
+__all__ = ["has_plan", "has_load_prediction", "arm_latencies", "ratio_transfer_choice",
+           "regrets", "crossover", "summary", "predicted_vs_measured", "load_number",
+           "load_predictions", "load_summary", "BASELINE_GAMMA", "LOAD_GOAL_PCT",
+           "LOAD_WORST_PCT"]
 
 BASELINE_GAMMA = 4          # the fixed γ an operator would pick without a plan
 N_BOOT = 1000
+#: The goal for the scheduler-driven prediction of each arm's median TPOT: each arm within
+#: LOAD_GOAL_PCT (its median over levels), no arm-level beyond LOAD_WORST_PCT.
+LOAD_GOAL_PCT = 10.0
+LOAD_WORST_PCT = 15.0
 
 
 def has_plan(run: Run) -> bool:
     return run.manifest.get("kind") == "serving" and bool(run.manifest.get("plan"))
+
+
+def has_load_prediction(run: Run) -> bool:
+    """A serving run whose plan also predicted every arm under load (``plan["load"]``)."""
+    return has_plan(run) and bool(run.manifest["plan"].get("load"))
+
+
+def load_number(value) -> float:
+    """A number of ``plan["load"]`` as JSON carries it: a float, "inf" or "-inf" (JSON has no
+    infinity), or null (unknown: NaN)."""
+    return math.nan if value is None else float(value)   # float() reads "inf" and "-inf"
 
 
 def _closed(run: Run) -> pd.DataFrame:
@@ -126,46 +150,91 @@ def regrets(run: Run, calibration_cells: pd.DataFrame, seed: int = 0,
     return pd.DataFrame(rows)
 
 
-def _envelope(closed: pd.DataFrame, levels, draw=None) -> np.ndarray:
-    """Speculation off over the best fixed γ, per level (resampled when ``draw`` is given)."""
-    def med(values):
-        values = values.to_numpy(float)
-        return np.median(draw(values) if draw else values)
+def _fixed_arm_tpots(closed: pd.DataFrame, levels) -> list:
+    """Per level: speculation off's TPOTs and each fixed γ's (γ ascending), split once so the
+    bootstrap resamples arrays instead of filtering the table a thousand times."""
+    fixed = closed[closed["arm"] != "plan"]
     out = []
     for c in levels:
-        here = closed[(closed["level"] == c) & (closed["arm"] != "plan")]
-        off = med(here[here["gamma"] == 0]["tpot_ms"])
-        spec = min(med(g["tpot_ms"]) for _, g in here[here["gamma"] > 0].groupby("gamma"))
-        out.append(off / spec)
-    return np.array(out)
+        here = fixed[fixed["level"] == c]
+        off = here[here["gamma"] == 0]["tpot_ms"].to_numpy(float)
+        spec = [g["tpot_ms"].to_numpy(float) for _, g in here[here["gamma"] > 0].groupby("gamma")]
+        out.append((off, spec))
+    return out
+
+
+def _envelope(tpots: list, draw=None) -> np.ndarray:
+    """Speculation off over the best fixed γ, per level (resampled when ``draw`` is given;
+    off first, then each γ ascending, so a seed gives the same draws every time)."""
+    def med(values):
+        return np.median(draw(values) if draw else values)
+    return np.array([med(off) / min(med(v) for v in spec) for off, spec in tpots])
 
 
 def crossover(run: Run, seed: int = 0) -> dict:
-    """The measured crossover (with a 95 % bootstrap interval) and the plan's predicted one;
-    ``within_one_level`` when they lie at most one doubling of load apart (the levels double)
-    or both lie beyond the measured range."""
+    """The measured crossover (with a 95 % bootstrap interval) and the plan's predicted one:
+    from ``plan["load"]`` with its interval where the plan has it, else from the
+    recommendation (no interval). ``within_one_level`` when they lie at most one doubling of
+    load apart (the levels double) or both beyond the measured range;
+    ``measured_in_predicted`` when the measured one lies in the predicted interval or between
+    the same two consecutive levels as the predicted point."""
     rng = np.random.default_rng(seed)
     closed = _closed(run)
     levels = sorted(closed["level"].unique())
-    measured = crossover_point(np.array(levels), _envelope(closed, levels))
+    tpots = _fixed_arm_tpots(closed, levels)
+    measured = crossover_point(np.array(levels), _envelope(tpots))
     boot = np.array([crossover_point(np.array(levels), _envelope(
-        closed, levels, lambda v: rng.choice(v, len(v)))) for _ in range(N_BOOT)])
+        tpots, lambda v: rng.choice(v, len(v)))) for _ in range(N_BOOT)])
     lo, hi = np.quantile(boot, [0.025, 0.975], method="inverted_cdf")
-    recs = pd.DataFrame(run.manifest["plan"]["recommendation"])
-    predicted = crossover_point(recs["batch"].to_numpy(float),
-                                recs["best_speedup"].to_numpy(float))
-    top = max(levels)
-    if math.isinf(predicted) and math.isinf(measured):
-        within = predicted == measured
-    else:
-        # beyond the measured range counts as the next doubling, so "never" and "at the top
-        # level" are one level apart, not infinitely far
-        def capped(x):
-            return min(max(x, min(levels) / 2), 2 * top)
-        within = abs(math.log2(capped(predicted)) - math.log2(capped(measured))) <= 1
+    predicted, predicted_lo, predicted_hi, source = _predicted_crossover(run.manifest["plan"])
     return {"measured": measured, "measured_lo": float(lo), "measured_hi": float(hi),
-            "predicted": predicted, "within_one_level": bool(within),
+            "predicted": predicted, "predicted_lo": predicted_lo, "predicted_hi": predicted_hi,
+            "predicted_from": source,
+            "within_one_level": _within_one_level(predicted, measured, levels),
+            "measured_in_predicted": _in_predicted(measured, predicted, predicted_lo,
+                                                   predicted_hi, levels),
             "levels": [int(c) for c in levels]}
+
+
+def _predicted_crossover(plan: dict) -> tuple[float, float, float, str]:
+    """The plan's crossover, its interval (NaN where it has none) and where it came from."""
+    load = plan.get("load") or {}
+    if "crossover" in load:
+        c = load["crossover"] or {}
+        return (load_number(c.get("point")), load_number(c.get("low")),
+                load_number(c.get("high")), "load")
+    recs = pd.DataFrame(plan["recommendation"])
+    return (crossover_point(recs["batch"].to_numpy(float), recs["best_speedup"].to_numpy(float)),
+            math.nan, math.nan, "recommendation")
+
+
+def _within_one_level(predicted: float, measured: float, levels) -> bool:
+    if math.isinf(predicted) and math.isinf(measured):
+        return predicted == measured
+
+    # beyond the measured range counts as the next doubling, so "never" and "at the top
+    # level" are one level apart, not infinitely far
+    def capped(x):
+        return min(max(x, min(levels) / 2), 2 * max(levels))
+    return bool(abs(math.log2(capped(predicted)) - math.log2(capped(measured))) <= 1)
+
+
+def _in_predicted(measured: float, point: float, low: float, high: float, levels) -> bool:
+    """Inside [low, high], or at the same load level as the predicted point: between the same
+    two consecutive levels, both below the lowest (-inf) or both beyond the highest (inf). An
+    unknown point (NaN) predicts nothing, so nothing lies in it."""
+    if math.isnan(point) or math.isnan(measured):
+        return False
+    if not (math.isnan(low) or math.isnan(high)) and low <= measured <= high:
+        return True
+    return _level_bin(measured, levels) == _level_bin(point, levels)
+
+
+def _level_bin(x: float, levels) -> int:
+    """Which stretch of load ``x`` lies in: 0 below the lowest level, i in [levels[i-1],
+    levels[i]), len(levels) at or beyond the highest. crossover_point interpolates in
+    [levels[i-1], levels[i]) where the speedup first falls below 1 at levels[i]."""
+    return bisect.bisect_right([float(c) for c in levels], x)
 
 
 def summary(table: pd.DataFrame) -> dict:
@@ -208,3 +277,80 @@ def predicted_vs_measured(run: Run, seed: int = 0) -> pd.DataFrame:
                      "batch_basis": p.get("batch_basis", ""),
                      "gamma_basis": p.get("gamma_basis", "")})
     return pd.DataFrame(rows)
+
+
+# -- every arm at every level, predicted through vLLM's scheduler ----------------------------
+
+#: plan["load"]["arms"] field -> this table's column, for the predicted side.
+_PREDICTED = {"tpot_ms": "predicted_tpot_ms", "tpot_lo": "predicted_lo",
+              "tpot_hi": "predicted_hi", "ttft_ms": "predicted_ttft_ms",
+              "itl_ms": "predicted_itl_ms", "mean_running": "predicted_running"}
+#: arm_latencies column -> this table's column, for the measured side.
+_MEASURED = {"tpot_ms": "measured_tpot_ms", "tpot_lo": "measured_lo", "tpot_hi": "measured_hi",
+             "mean_running": "measured_running"}
+LOAD_COLUMNS = (["arm", "gamma", "concurrency", "held", "why"] + list(_PREDICTED.values())
+                + list(_MEASURED.values()) + ["error_pct", "inside"])
+
+
+def load_predictions(run: Run, seed: int = 0,
+                     latencies: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per arm and level of ``plan["load"]``: the sealed prediction (median TPOT over requests
+    with its 90 % interval, TTFT, ITL, time-weighted running batch) beside the measured median
+    TPOT with its 95 % bootstrap interval (:func:`arm_latencies`, or ``latencies`` where the
+    caller has them) and the measured running batch; the signed percent error of the median,
+    and ``inside``: the measured median lies in the predicted interval. A level the prediction
+    does not hold keeps its ``why`` and NaN predictions (``inside`` missing)."""
+    lat = arm_latencies(run, seed) if latencies is None else latencies
+    measured = lat.set_index(["arm", "concurrency"])
+    rows = [_load_row(p, measured) for p in run.manifest["plan"]["load"]["arms"]]
+    table = pd.DataFrame(rows, columns=LOAD_COLUMNS)
+    table["inside"] = table["inside"].astype("boolean")
+    return table
+
+
+def _load_row(prediction: dict, measured: pd.DataFrame) -> dict:
+    key = (prediction["arm"], int(prediction["concurrency"]))
+    held = bool(prediction.get("held", True))
+    row = {"arm": key[0], "gamma": int(prediction.get("gamma") or 0), "concurrency": key[1],
+           "held": held, "why": None if held else (prediction.get("why") or "not held")}
+    # a level not held has null numbers by the schema; NaN whatever it carries
+    row.update({column: load_number(prediction.get(field)) if held else math.nan
+                for field, column in _PREDICTED.items()})
+    seen = measured.loc[key] if key in measured.index else {}
+    row.update({column: float(seen[field]) if field in seen else math.nan
+                for field, column in _MEASURED.items()})
+    point, median = row["predicted_tpot_ms"], row["measured_tpot_ms"]
+    known = not (math.isnan(point) or math.isnan(median))
+    row["error_pct"] = float(percent_error(point, median)) if known else math.nan
+    low, high = row["predicted_lo"], row["predicted_hi"]
+    row["inside"] = (bool(low <= median <= high)
+                     if known and not (math.isnan(low) or math.isnan(high)) else pd.NA)
+    return row
+
+
+def load_summary(table: pd.DataFrame) -> dict:
+    """How far :func:`load_predictions` erred, in absolute percent over the arm-levels it
+    predicted: per arm (``per_arm``: median, worst, levels, levels within the goal), overall
+    (median, worst and where, how many within LOAD_GOAL_PCT, how many inside their interval),
+    and the verdicts: ``every_level_within_goal`` (every arm-level within LOAD_GOAL_PCT),
+    ``worst_within_cap`` (none beyond LOAD_WORST_PCT) and ``met``: every level predicted,
+    every arm's median within LOAD_GOAL_PCT and the worst within LOAD_WORST_PCT."""
+    scored = table[table["error_pct"].notna()].assign(abs_error=lambda t: t["error_pct"].abs())
+    per_arm = scored.groupby("arm", sort=False)["abs_error"].agg(
+        median_pct="median", worst_pct="max", levels="count",
+        within_goal=lambda e: int((e <= LOAD_GOAL_PCT).sum())).reset_index()
+    errors = scored["abs_error"]
+    worst = scored.loc[errors.idxmax()] if len(scored) else None
+    worst_pct = float(errors.max()) if len(scored) else math.nan
+    return {"per_arm": per_arm, "n": len(scored), "n_not_held": int((~table["held"]).sum()),
+            "n_within_goal": int((errors <= LOAD_GOAL_PCT).sum()),
+            "n_inside": int(scored["inside"].fillna(False).sum()),
+            "median_pct": float(errors.median()) if len(scored) else math.nan,
+            "worst_pct": worst_pct,
+            "worst_arm": None if worst is None else str(worst["arm"]),
+            "worst_concurrency": None if worst is None else int(worst["concurrency"]),
+            # nothing scored: the worst is NaN, which meets no bound
+            "every_level_within_goal": bool(len(scored)) and bool((errors <= LOAD_GOAL_PCT).all()),
+            "worst_within_cap": worst_pct <= LOAD_WORST_PCT,
+            "met": (bool(table["held"].all()) and worst_pct <= LOAD_WORST_PCT
+                    and bool((per_arm["median_pct"] <= LOAD_GOAL_PCT).all()))}
