@@ -10,10 +10,12 @@ import math
 import altair as alt
 import pandas as pd
 
+from specbench.derive.serving_steps import level_compositions
 from specbench.report.analysis import run_cells
 from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.theory.errors import percent_error
 
 __all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS", "latest_load_check",
            "load_numbers", "fig_load", "load_table"]
@@ -248,8 +250,71 @@ def load_numbers(root=DEFAULT_ROOT) -> Numbers:
                             "The plan's prediction under load held no server at any level "
                             f"({next(iter(table['why'].dropna()), 'no arm predicted')}).")
     values.update(_load_captions(values, present=True))
-    return Numbers(values=values, runs=[run.run_id],
-                   tables={"load_predictions": table, "load_table": load_table(table)})
+    steps = step_check(run)
+    values.update(_step_values(steps))
+    every = load_runs_table(root)
+    return Numbers(values=values, runs=list(every["run"]),
+                   tables={"load_predictions": table, "load_table": load_table(table),
+                           "load_steps": steps, "load_runs": every})
+
+
+def load_runs_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per serving run whose plan predicted every server under load: its host, the
+    calibration and how many hours before the load it was measured, and how the prediction
+    fared (median and worst absolute error, levels within the goal, the crossover)."""
+    rows = []
+    for run in load_runs(root, kind="serving"):
+        if not under_load.has_load_prediction(run):
+            continue
+        calibration = run.manifest["plan"]["calibration"]["sweep"]
+        found = [r for r in load_runs(root, kind="sweep") if r.run_id == calibration]
+        age = (_hours_between(found[0].manifest["started_at"], run.manifest["started_at"])
+               if found else math.nan)
+        totals = under_load.load_summary(under_load.load_predictions(run))
+        cross = under_load.crossover(run)
+        rows.append({"run": run.run_id, "host": run.sku, "calibration": calibration,
+                     "calibration age (h)": age, "server × level": totals["n"],
+                     "median |error| %": totals["median_pct"],
+                     "worst |error| %": totals["worst_pct"],
+                     f"within {under_load.LOAD_GOAL_PCT:g} %": totals["n_within_goal"],
+                     "crossover": _crossover_verdict(cross)})
+    return pd.DataFrame(rows)
+
+
+def _hours_between(earlier: str, later: str) -> float:
+    return (pd.Timestamp(later) - pd.Timestamp(earlier)).total_seconds() / 3600
+
+
+def step_check(run: Run) -> pd.DataFrame:
+    """Per server and level, what the scheduler-driven prediction said a step held (the
+    running batch, the median step) beside what the server's own step records held, with the
+    recorded tokens per step of each class; empty for a run without step records."""
+    recorded = level_compositions(run)
+    if recorded.empty:
+        return recorded
+    predicted = pd.DataFrame(run.manifest["plan"]["load"]["arms"])
+    predicted = predicted[predicted["held"]][["arm", "concurrency", "mean_running", "itl_ms"]]
+    out = predicted.merge(recorded, on=["arm", "concurrency"])
+    out["running_error_pct"] = percent_error(out["mean_running"], out["running"])
+    out["step_error_pct"] = percent_error(out["itl_ms"], out["step_ms"])
+    return out
+
+
+def _step_values(steps: pd.DataFrame) -> dict:
+    """The sentence on the steps the servers recorded (empty without step records)."""
+    if steps.empty:
+        return {"ld_steps_finding": ""}
+    running = steps["running_error_pct"].abs()
+    step = steps["step_error_pct"].abs()
+    worst = steps.loc[step.idxmax()]
+    return {"ld_steps_running_err_pct": float(running.median()),
+            "ld_steps_step_err_pct": float(step.median()),
+            "ld_steps_finding": (
+                f"The servers' own step records say what the steps held: the predicted "
+                f"running batch errs by a median {running.median():.1f} % (worst "
+                f"{running.max():.1f} %) and the predicted median step by {step.median():.1f} % "
+                f"(worst {step.max():.1f} %, {worst['arm']} at concurrency "
+                f"{int(worst['concurrency'])}), over {len(steps)} server × level pairs.")}
 
 
 def _no_load_numbers(root) -> Numbers:
@@ -257,7 +322,8 @@ def _no_load_numbers(root) -> Numbers:
     sentence = (f"None of the {len(planned)} stored serving runs with a plan carries the plan's "
                 "prediction of every server at every load level through vLLM's scheduler, so "
                 "that prediction has nothing to be checked against yet.")
-    values = {"ld_finding": sentence, **_load_captions({}, present=False)}
+    values = {"ld_finding": sentence, "ld_steps_finding": "",
+              **_load_captions({}, present=False)}
     return Numbers(values=values, runs=[], tables={})
 
 
@@ -296,7 +362,8 @@ def _crossover_verdict(cross: dict) -> str:
 def _load_captions(v: dict, present: bool) -> dict:
     """The figure's and table's captions; empty where there is nothing to show."""
     if not present:
-        return {"ld_fig_caption": "", "ld_table_caption": "", "ld_source": (
+        return {"ld_fig_caption": "", "ld_table_caption": "", "ld_runs_caption": "",
+                "ld_source": (
             "No stored serving run's plan holds a prediction under load (its `load` field); "
             "`specbench.report.plan_check.load_numbers` looks for the latest that does.")}
     held = " A level the plan did not predict gives its reason." if v["ld_not_held"] else ""
@@ -306,6 +373,10 @@ def _load_captions(v: dict, present: bool) -> dict:
             "the plan's predicted 90 % interval of the median, the line its prediction, the "
             "points the measured medians with 95 % bootstrap intervals. A point outside its "
             "band is a level the scheduler-driven prediction missed."),
+        "ld_runs_caption": (
+            "Table — every serving run whose plan predicted its servers under load, the latest "
+            "last: how old the `make book` calibration was when the load ran (its step times are "
+            "this host's then), and how far the prediction erred."),
         "ld_table_caption": (
             "Table — per server and load level, the predicted median time per output token "
             "(90 % interval) beside the measured one (95 % interval), the signed error, whether "

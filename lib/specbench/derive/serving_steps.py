@@ -1,0 +1,67 @@
+"""A serving run's engine steps by arm and load level: what a step under load held.
+
+Each arm's server records its steps into the run (``step_records/arm-<γ>[-plan]-<pid>.jsonl``,
+:mod:`specbench.engine.step_records`), and each finished level records its window on the same
+monotonic clock (the part's ``server.monotonic_ns``). A step belongs to the level whose window
+holds its start, on its arm's file; the warmup and the gaps between levels belong to none.
+Serving runs measured before step records have none: :func:`level_compositions` is empty.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.derive.steps import STEP_RECORDS
+from specbench.store.runs import Run
+from specbench.store.step_records import read_step_records
+
+__all__ = ["arm_file_prefix", "level_steps", "level_compositions"]
+
+
+def arm_file_prefix(gamma: int, planned: bool) -> str:
+    """The step-record file name an arm's server writes (before ``-<pid>.jsonl``)."""
+    return f"arm-{int(gamma)}{'-plan' if planned else ''}"
+
+
+def _windows(run: Run) -> pd.DataFrame:
+    rows = []
+    for part in run.parts().values():
+        window = (part.get("server") or {}).get("monotonic_ns")
+        if window and part.get("mode") == "concurrency":
+            rows.append({"arm": part["arm"], "concurrency": int(part["level"]),
+                         "prefix": arm_file_prefix(part["row"]["gamma"], part["arm"] == "plan"),
+                         "start_ns": window[0], "end_ns": window[1]})
+    return pd.DataFrame(rows)
+
+
+def level_steps(run: Run) -> pd.DataFrame:
+    """Every step recorded inside a closed-loop level, with its arm and concurrency."""
+    windows = _windows(run)
+    frames = []
+    for path in sorted((run.path / STEP_RECORDS).glob("arm-*.jsonl")):
+        steps = read_step_records(path)
+        for w in windows[windows["prefix"] == path.stem.rsplit("-", 1)[0]].itertuples():
+            inside = steps[(steps["t_start_ns"] >= w.start_ns)
+                           & (steps["t_start_ns"] <= w.end_ns)]
+            frames.append(inside.assign(arm=w.arm, concurrency=w.concurrency))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def level_compositions(run: Run) -> pd.DataFrame:
+    """Per arm and level: steps, the time-weighted running batch, the mean tokens per step of
+    each class, the median step and the median gap between steps (ms)."""
+    steps = level_steps(run)
+    if steps.empty:
+        return pd.DataFrame()
+    rows = []
+    for (arm, level), group in steps.groupby(["arm", "concurrency"]):
+        group = group.sort_values("t_start_ns")
+        duration = group["duration_ns"].to_numpy(float)
+        gaps = group["t_start_ns"].to_numpy()[1:] - group["t_end_ns"].to_numpy()[:-1]
+        rows.append({"arm": arm, "concurrency": int(level), "steps": len(group),
+                     "running": float((group["rows"] * duration).sum() / duration.sum()),
+                     **{f"{c}_per_step": float(group[c].mean()) for c in
+                        ("decode_tokens", "draft_tokens", "draft_padded", "prefill_tokens")},
+                     "step_ms": float(np.median(duration)) / 1e6,
+                     "gap_ms": float(np.median(gaps)) / 1e6 if len(gaps) else np.nan})
+    return pd.DataFrame(rows)

@@ -1,0 +1,83 @@
+"""A serving run's step records assigned to its levels (specbench.derive.serving_steps): a
+step belongs to the level whose window holds its start, on its own arm's file; steps outside
+every window (warmup, between levels) belong to none. The fixture is a committed serving run
+copied out of runs/ with two levels' windows and two arms' record files written in the
+step-record format."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specbench.derive import serving_steps
+from specbench.engine import step_records
+from specbench.store.runs import open_run
+
+pytestmark = pytest.mark.data
+
+RUNS = Path(__file__).resolve().parents[1] / "runs"
+
+
+def _write_records(path: Path, gamma: int, steps: list[tuple[int, int, int, int]]) -> None:
+    """(start, end, rows, prefill) per step."""
+    header = {"format": step_records.FORMAT, "version": step_records.VERSION, "gamma": gamma,
+              "fields": list(step_records.FIELDS)}
+    lines = [json.dumps(header)]
+    for i, (start, end, rows, prefill) in enumerate(steps):
+        lines.append(json.dumps({"step": i, "t_start_ns": start, "t_end_ns": end, "rows": rows,
+                                 "decode_tokens": rows, "draft_tokens": 2 * rows * (gamma > 0),
+                                 "draft_padded": 0, "prefill_tokens": prefill,
+                                 "context_tokens": 100 * rows, "gamma": gamma,
+                                 "overhead_ns": 0}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture()
+def run(tmp_path):
+    found = sorted(RUNS.glob("*/serving-*/manifest.json"))
+    if not found:
+        pytest.skip(f"no serving run under {RUNS}")
+    copy = tmp_path / found[0].parent.name
+    shutil.copytree(found[0].parent, copy, ignore=shutil.ignore_patterns("step_records"))
+    windows = {("off", 1): (1_000, 2_000), ("off", 2): (3_000, 4_000)}
+    for part in (copy / "parts").glob("*.json"):
+        record = json.loads(part.read_text())
+        key = (record["arm"], int(record["level"]))
+        if record.get("mode") == "concurrency" and key in windows:
+            record["server"] = {**record["server"], "monotonic_ns": list(windows[key])}
+        elif "server" in record:
+            record["server"].pop("monotonic_ns", None)
+        part.write_text(json.dumps(record))
+    folder = copy / "step_records"
+    folder.mkdir()
+    # warmup (before the first window), two steps of level 1, a gap, three of level 2
+    _write_records(folder / "arm-0-111.jsonl", 0, [
+        (500, 900, 1, 300), (1_000, 1_100, 1, 0), (1_200, 1_500, 1, 0),
+        (3_000, 3_100, 2, 0), (3_200, 3_400, 2, 0), (3_500, 3_600, 2, 50), (5_000, 5_100, 1, 0)])
+    # another arm's file: same clock, never counted as off's
+    _write_records(folder / "arm-2-222.jsonl", 2, [(1_050, 1_150, 4, 0)])
+    return open_run(copy)
+
+
+def test_steps_belong_to_the_level_whose_window_holds_them(run):
+    steps = serving_steps.level_steps(run)
+    assert sorted(steps.groupby("concurrency").size().items()) == [(1, 2), (2, 3)]
+    assert set(steps["arm"]) == {"off"}
+
+
+def test_compositions_are_time_weighted(run):
+    table = serving_steps.level_compositions(run).set_index("concurrency")
+    assert table.loc[1, "steps"] == 2 and table.loc[1, "running"] == pytest.approx(1.0)
+    assert table.loc[2, "prefill_tokens_per_step"] == pytest.approx(50 / 3)
+    assert table.loc[1, "step_ms"] == pytest.approx(200 / 1e6)   # median of 100 and 300 ns
+    assert table.loc[2, "gap_ms"] == pytest.approx(100 / 1e6)
+
+
+def test_a_run_without_records_has_no_compositions(run):
+    shutil.rmtree(run.path / "step_records")
+    assert serving_steps.level_compositions(run).empty
+
+
+def test_file_prefix_names_the_plan_apart():
+    assert serving_steps.arm_file_prefix(6, True) == "arm-6-plan"
+    assert serving_steps.arm_file_prefix(0, False) == "arm-0"
