@@ -25,8 +25,8 @@ if not book:
                      "`make book` first")
 calibration = book[-1]
 # A step's time drifts on a shared machine within one boot (on the Intel host of 2026-12-05 the
-# batch-1 decode step was 26 % faster five hours after its `make book`): an old calibration
-# still gives speedups, but the load prediction's absolute times are its step times.
+# batch-1 decode step took 57.5 ms in the 07:50 `make book` and 46.3 ms in the 13:01 one): an
+# old calibration still gives speedups, but the load prediction's absolute times are its steps'.
 age_h = (datetime.now(timezone.utc)
          - datetime.fromisoformat(calibration.manifest["started_at"])).total_seconds() / 3600
 if age_h > STALE_HOURS:
