@@ -37,8 +37,8 @@ def run(tmp_path):
     found = sorted(RUNS.glob("*/serving-*/manifest.json"))
     if not found:
         pytest.skip(f"no serving run under {RUNS}")
-    copy = tmp_path / found[0].parent.name
-    shutil.copytree(found[0].parent, copy, ignore=shutil.ignore_patterns("step_records"))
+    copy = tmp_path / found[-1].parent.name
+    shutil.copytree(found[-1].parent, copy, ignore=shutil.ignore_patterns("step_records"))
     windows = {("off", 1): (1_000, 2_000), ("off", 2): (3_000, 4_000)}
     for part in (copy / "parts").glob("*.json"):
         record = json.loads(part.read_text())

@@ -31,7 +31,7 @@ def _windows(run: Run) -> pd.DataFrame:
             rows.append({"arm": part["arm"], "concurrency": int(part["level"]),
                          "prefix": arm_file_prefix(part["row"]["gamma"], part["arm"] == "plan"),
                          "start_ns": window[0], "end_ns": window[1]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["arm", "concurrency", "prefix", "start_ns", "end_ns"])
 
 
 def level_steps(run: Run) -> pd.DataFrame:
