@@ -335,8 +335,8 @@ def _load_finding(v: dict) -> str:
             f"{v['ld_worst_level']}); {v['ld_within']} of {v['ld_n']} server × level "
             f"predictions are within {v['ld_goal_pct']:g} %. The goal, each server's median error "
             f"within {v['ld_goal_pct']:g} % and no level's beyond {v['ld_cap_pct']:g} %, is "
-            f"{v['ld_goal']}. Speculation stopped paying {v['ld_cross_measured']}, "
-            f"{v['ld_cross_verdict']} ({v['ld_cross_predicted']}).")
+            f"{v['ld_goal']}. The load where speculation stops paying was measured as "
+            f"{v['ld_cross_measured']}, {v['ld_cross_verdict']} ({v['ld_cross_predicted']}).")
 
 
 def _predicted_interval_phrase(cross: dict) -> str:
