@@ -44,9 +44,9 @@ def run(tmp_path):
         record = json.loads(part.read_text())
         key = (record["arm"], int(record["level"]))
         if record.get("mode") == "concurrency" and key in windows:
-            record["server"] = {**record["server"], "monotonic_ns": list(windows[key])}
-        elif "server" in record:
-            record["server"].pop("monotonic_ns", None)
+            record["monotonic_ns"] = list(windows[key])
+        else:
+            record.pop("monotonic_ns", None)
         part.write_text(json.dumps(record))
     folder = copy / "step_records"
     folder.mkdir()

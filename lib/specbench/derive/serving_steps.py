@@ -2,7 +2,7 @@
 
 Each arm's server records its steps into the run (``step_records/arm-<γ>[-plan]-<pid>.jsonl``,
 :mod:`specbench.engine.step_records`), and each finished level records its window on the same
-monotonic clock (the part's ``server.monotonic_ns``). A step belongs to the level whose window
+monotonic clock (the part's ``monotonic_ns``). A step belongs to the level whose window
 holds its start, on its arm's file; the warmup and the gaps between levels belong to none.
 Serving runs measured before step records have none: :func:`level_compositions` is empty.
 """
@@ -26,7 +26,7 @@ def arm_file_prefix(gamma: int, planned: bool) -> str:
 def _windows(run: Run) -> pd.DataFrame:
     rows = []
     for part in run.parts().values():
-        window = (part.get("server") or {}).get("monotonic_ns")
+        window = part.get("monotonic_ns")
         if window and part.get("mode") == "concurrency":
             rows.append({"arm": part["arm"], "concurrency": int(part["level"]),
                          "prefix": arm_file_prefix(part["row"]["gamma"], part["arm"] == "plan"),

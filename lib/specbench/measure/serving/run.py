@@ -71,8 +71,9 @@ def _measure_arm(run: Run, cfg: ServingConfig, model: str, arm: Arm, levels: lis
                 started = time.monotonic_ns()
                 row, reqs = measure_level(server, workload, datasets[workload], cfg.load,
                                           level.mode, level.level, tmp)
-                window = {"monotonic_ns": [started, time.monotonic_ns()]}
-                keep_level(run, level, level_record(level, row, reqs, record | window))
+                part = level_record(level, row, reqs, record)
+                part["monotonic_ns"] = [started, time.monotonic_ns()]   # its steps' window
+                keep_level(run, level, part)
                 progress(f"[serving] {arm.name} {workload} {level.mode} {level.level:g}: "
                          f"median TPOT {row['p50_tpot_ms']:.1f} ms, goodput "
                          f"{row['goodput']:.2f} req/s, mean batch {row['mean_running']:.2f}")
