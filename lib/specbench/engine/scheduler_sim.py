@@ -68,7 +68,7 @@ class DraftProfile:
 @dataclass(frozen=True)
 class SimulatedLoad:
     """The steps of one closed-loop level and its requests' step indices."""
-    steps: pd.DataFrame          # count_step's columns, plus 'gamma' and 'running'
+    steps: pd.DataFrame          # count_step's columns (``rows``: the running batch), 'gamma'
     requests: pd.DataFrame       # request, prompt_tokens, arrival_step, first_step, finish_step,
     #                              output_tokens (arrival_step: the step before which it came)
 
@@ -286,6 +286,4 @@ def simulate_closed_loop(config, num_blocks: int, profiles: list[DraftProfile],
         for _ in range(loop.step()):
             if loop.queue:
                 loop.send()
-    frame = pd.DataFrame(loop.steps)
-    frame["running"] = frame["rows"]
-    return SimulatedLoad(frame, pd.DataFrame(list(loop.timeline.values())))
+    return SimulatedLoad(pd.DataFrame(loop.steps), pd.DataFrame(list(loop.timeline.values())))

@@ -232,9 +232,7 @@ def load_numbers(root=DEFAULT_ROOT) -> Numbers:
     run = latest_load_check(root)
     if run is None:
         return _no_load_numbers(root)
-    table = under_load.load_predictions(run)
-    totals = under_load.load_summary(table)
-    cross = under_load.crossover(run)
+    table, totals, cross = _scored(run)
     values = {"ld_run": run.run_id, "ld_basis": run.manifest["plan"]["load"].get("basis", ""),
               "ld_n": totals["n"], "ld_within": totals["n_within_goal"],
               "ld_not_held": totals["n_not_held"], "ld_inside": totals["n_inside"],
@@ -252,26 +250,33 @@ def load_numbers(root=DEFAULT_ROOT) -> Numbers:
     values.update(_load_captions(values, present=True))
     steps = step_check(run)
     values.update(_step_values(steps))
-    every = load_runs_table(root)
+    every = load_runs_table(root, {run.run_id: (table, totals, cross)})
     return Numbers(values=values, runs=list(every["run"]),
                    tables={"load_predictions": table, "load_table": load_table(table),
                            "load_steps": steps, "load_runs": every})
 
 
-def load_runs_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+def _scored(run: Run) -> tuple[pd.DataFrame, dict, dict]:
+    """A load run's predictions beside its measurement, their summary and the crossover."""
+    table = under_load.load_predictions(run)
+    return table, under_load.load_summary(table), under_load.crossover(run)
+
+
+def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFrame:
     """One row per serving run whose plan predicted every server under load: its host, the
     calibration and how many hours before the load it was measured, and how the prediction
-    fared (median and worst absolute error, levels within the goal, the crossover)."""
+    fared (median and worst absolute error, levels within the goal, the crossover).
+    ``scored``: :func:`_scored` results the caller has already, by run id."""
+    scored = scored or {}
+    started = {r.run_id: r.manifest["started_at"] for r in load_runs(root, kind="sweep")}
     rows = []
     for run in load_runs(root, kind="serving"):
         if not under_load.has_load_prediction(run):
             continue
         calibration = run.manifest["plan"]["calibration"]["sweep"]
-        found = [r for r in load_runs(root, kind="sweep") if r.run_id == calibration]
-        age = (_hours_between(found[0].manifest["started_at"], run.manifest["started_at"])
-               if found else math.nan)
-        totals = under_load.load_summary(under_load.load_predictions(run))
-        cross = under_load.crossover(run)
+        age = (_hours_between(started[calibration], run.manifest["started_at"])
+               if calibration in started else math.nan)
+        _, totals, cross = scored.get(run.run_id) or _scored(run)
         rows.append({"run": run.run_id, "host": run.sku, "calibration": calibration,
                      "calibration age (h)": age, "server × level": totals["n"],
                      "median |error| %": totals["median_pct"],
