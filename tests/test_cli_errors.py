@@ -157,6 +157,12 @@ def test_every_bad_invocation_is_one_line_exit_2_and_writes_nothing(places):
         start_up = max(out.seconds for _, out in pool.map(
             lambda _: _invoke(["--help"], places), range(2)))
     within = max(ANSWER_WITHIN_S, 2 * start_up)
+    # A slow answer is timed once more, alone: a burst of load beside the test (CI runs lanes in
+    # parallel) slows one call, while a heavy import on the error path slows both.
+    for i, (_, out) in enumerate(results):
+        if out.seconds > within:
+            again = _invoke(BAD[i][0], places)[1]
+            out.seconds = min(out.seconds, again.seconds)
     failures = []
     for (_, words), (sent, out) in zip(BAD, results, strict=True):
         errors = [line for line in out.stderr.splitlines() if "error:" in line]

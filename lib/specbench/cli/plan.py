@@ -131,10 +131,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="tokens per prompt without its own output_tokens (64)")
     own.add_argument("--prompts", type=cliargs.positive_int, default=None,
                      help="only the first N prompts of the file (default: all)")
-    own.add_argument("--load-levels", type=_load_levels, default=(1, 2, 4, 8),
+    own.add_argument("--load-levels", type=_load_levels, default=None,
                      metavar="C[,C...]",
                      help="closed-loop concurrencies to predict under load through vLLM's own "
-                          "scheduler with this host's step-time model (1,2,4,8; '' skips): "
+                          "scheduler with this host's step-time model (default 1,2,4,8 where "
+                          "the calibration kept step records, else skipped with a note; '' "
+                          "skips): "
                           "every prompt of the file is one request per level, as "
                           "`make plan-under-load` serves them")
     own.add_argument("--no-dynamic-probe", dest="dynamic_probe", action="store_false",

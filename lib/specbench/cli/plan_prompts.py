@@ -74,11 +74,29 @@ def _inputs(args):
         raise ValueError(f"{calibration.path / 'cells.csv'}: no 'repeat' or 'edit' cell with "
                          "speculation to measure this host's step cost from")
     requests = source.candidates()[:args.prompts] if args.prompts else source.candidates()
-    cost = None
-    if args.load_levels:
-        from specbench.measure.load_prediction import step_cost
-        cost = step_cost(calibration)
+    cost = _step_cost(args, calibration)
     return calibration, source, micro, cells, verify, requests, cost
+
+
+def _step_cost(args, calibration):
+    """The step-time model the load prediction charges, or None where no load is predicted.
+    Asked for levels (--load-levels) on a calibration without step records is an error; the
+    default levels are skipped with a note, so an older calibration still plans its batches."""
+    from specbench.measure.load_prediction import DEFAULT_LOAD_LEVELS, step_cost
+    if args.load_levels == ():
+        return None
+    try:
+        cost = step_cost(calibration)
+    except ValueError as exc:
+        if args.load_levels is not None:
+            raise
+        print(f"note: {exc}; the plan below is for the batch sizes only "
+              "(--load-levels '' says so without this note)", file=sys.stderr)
+        args.load_levels = ()
+        return None
+    if args.load_levels is None:
+        args.load_levels = DEFAULT_LOAD_LEVELS
+    return cost
 
 
 def run(args, p: argparse.ArgumentParser) -> int:

@@ -44,9 +44,12 @@ from specbench.theory.economics import crossover_point
 from specbench.theory.gamma_rule import recommend
 from specbench.theory.step_time import StepTimeModel, design
 
-__all__ = ["DRAWS", "INTERVAL", "StepCost", "step_cost", "draft_profiles", "level_times",
-           "schedule_from_running", "predict_load", "arm_name", "static_gamma"]
+__all__ = ["DEFAULT_LOAD_LEVELS", "DRAWS", "INTERVAL", "StepCost", "step_cost",
+           "draft_profiles", "level_times", "schedule_from_running", "predict_load",
+           "arm_name", "static_gamma"]
 
+# The closed-loop concurrencies `make plan-under-load` serves.
+DEFAULT_LOAD_LEVELS = (1, 2, 4, 8)
 DRAWS = 20
 INTERVAL = 0.90
 
