@@ -11,7 +11,7 @@ class Tokenizer:
 def test_every_batch_has_its_rows_at_step_zero_and_prefills_after():
     schedules = arrivals(Tokenizer(), max_model_len=2048)
     assert len(schedules) == len(SCHEDULES)
-    for (rows, kind), plan in zip(SCHEDULES, schedules, strict=True):
+    for (rows, _kind), plan in zip(SCHEDULES, schedules, strict=True):
         decoding = [a for a in plan if a[0] == 0]
         prefills = [a for a in plan if a[0] > 0]
         assert len(decoding) == rows and all(tokens == OUTPUT for *_, tokens in decoding)
