@@ -6,6 +6,9 @@ In each host session whose sweeps kept step records, the calibration is the late
 ran the mixed step probe (the only one whose steps identify the per-row and prefill terms), and
 every other sweep of the session with step records is a check: its steps and its cells are
 predicted from the calibration alone. A session with one such sweep has a fit and no check.
+A sweep whose engine instances ran the same work at different speeds
+(:mod:`specbench.derive.engine_agreement`) is neither: no model of one step cost predicts two
+speeds; it is listed in the session's ``disagreeing``.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specbench.derive.engine_agreement import agreement_row
 from specbench.derive.steps import has_step_records, step_table
 from specbench.store.cache import memoised
 from specbench.store.hosts import host_sessions
@@ -28,7 +32,7 @@ from specbench.theory.step_time import (
 )
 
 __all__ = ["SessionFit", "session_fits", "fit_run", "fit_table", "check_steps", "check_cells",
-           "share_curve"]
+           "share_curve", "engine_agreement"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class SessionFit:
     checks: tuple[str, ...]        # run ids
     model: StepTimeModel
     verdicts: dict
+    disagreeing: tuple[str, ...] = ()   # run ids whose engines disagreed (agreement_row)
 
 
 def _steps(run: Run) -> pd.DataFrame:
@@ -64,19 +69,31 @@ def session_fits(root=DEFAULT_ROOT) -> list[SessionFit]:
     """One fit per host session that has a probed sweep with step records."""
     runs = _recorded_sweeps(root)
     sessions = host_sessions(runs)
+    agree = engine_agreement(root).set_index("run")["engines_agree"]
     fits = []
     for session in sorted(set(sessions.values())):
         members = [r for r in runs if sessions[r.run_id] == session]
-        probed = [r for r in members if r.manifest.get("step_probe")]
+        agreeing = [r for r in members if agree[r.run_id]]
+        probed = [r for r in agreeing if r.manifest.get("step_probe")]
         if not probed:
             continue
         calibration = probed[-1]
         records = _steps(calibration)
         terms, verdicts = admit_terms(records)
         fits.append(SessionFit(session, calibration.sku, calibration.run_id,
-                               tuple(r.run_id for r in members if r is not calibration),
-                               fit_step_time(records, terms), verdicts))
+                               tuple(r.run_id for r in agreeing if r is not calibration),
+                               fit_step_time(records, terms), verdicts,
+                               tuple(r.run_id for r in members if not agree[r.run_id])))
     return fits
+
+
+@memoised
+def engine_agreement(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per sweep with step records: the γ=0 and speculative engines' plain-step medians and
+    whether they agree (:mod:`specbench.derive.engine_agreement`)."""
+    return pd.DataFrame([agreement_row(r) for r in _recorded_sweeps(root)],
+                        columns=["run", "sku", "base_plain_ms", "speculative_plain_ms",
+                                 "base_slower_pct", "engines_agree"])
 
 
 def _run(root, run_id: str) -> Run:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.derive.step_fits import check_cells, check_steps, fit_table, session_fits, \
-    share_curve
+from specbench.derive.engine_agreement import SLOWER_BASE_PCT
+from specbench.derive.step_fits import check_cells, check_steps, engine_agreement, fit_table, \
+    session_fits, share_curve
 from specbench.report.numbers import Numbers
 from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape_of
 
 __all__ = ["STEP_GOAL_PCT", "CELL_GOAL_PCT", "numbers", "coefficients", "class_errors",
-           "cell_errors", "shares", "check_steps", "shown"]
+           "cell_errors", "shares", "check_steps", "shown", "engines"]
 
 #: Issue goals: a step predicted within 5 % (median absolute, per class), a batch-4 speedup
 #: within 5 % (mean absolute).
@@ -69,6 +70,33 @@ def shares(root=DEFAULT_ROOT) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def engines(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Each sweep's plain step on its γ=0 engine and on its speculative engines."""
+    return engine_agreement(root).rename(columns={
+        "base_plain_ms": "γ=0 engine (ms)", "speculative_plain_ms": "speculative engines (ms)",
+        "base_slower_pct": "γ=0 slower by (%)", "engines_agree": "agree"})
+
+
+def _engine_findings(n: Numbers, table: pd.DataFrame) -> None:
+    judged = table.dropna(subset=["base_slower_pct"])
+    apart = judged[~judged["engines_agree"]]
+    n.add(agreement_runs=len(judged), disagree_count=len(apart),
+          engine_limit_pct=SLOWER_BASE_PCT,
+          disagree_detail=(f"by up to {apart['base_slower_pct'].max():.0f} percent, left out of "
+                           "the fits and checks above" if len(apart) else
+                           "none did, so every sweep entered the fits and checks"),
+          agree_detail=_agreeing_phrase(judged[judged["engines_agree"]]["base_slower_pct"]))
+
+
+def _agreeing_phrase(slower: pd.Series) -> str:
+    """How the agreeing sweeps' γ=0 engines compared, in words that hold for their numbers."""
+    if slower.empty:
+        return "no sweep agreed"
+    if slower.max() <= 0:
+        return f"in the others it was {-slower.max():.0f} to {-slower.min():.0f} percent faster"
+    return f"in the others it was at most {slower.max():.0f} percent slower"
+
+
 def _step_findings(n: Numbers, classes: pd.DataFrame) -> None:
     worst = classes.groupby("step_class")["median_abs_error_pct"].max()
     n.add(**{f"step_error_{c.split()[0]}": float(worst.get(c, np.nan)) for c in CLASSES},
@@ -117,5 +145,6 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         _step_findings(n, classes)
     if len(cells):
         _cell_findings(n, cells)
+    _engine_findings(n, engine_agreement(root))
     n.add(quoted_session=fits[-1].session, quoted_sku=fits[-1].sku)
     return n
