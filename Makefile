@@ -19,7 +19,7 @@ setup:  ## create .venv with the engine, the package and the book/test tools (id
 # identifies nothing new), with the prefix cache filled by each unit's warmup (no timed call
 # pays a prefill; specbench.measure.sweep_config). Every engine records its steps into the run,
 # and after the cells a mixed probe (1-8 rows, prefills arriving) gives the step-time model
-# the steps the calls never hold (specbench.measure.step_probe; ~3 min on a 2-core Zen 4).
+# the steps the calls never hold (specbench.measure.step_probe; ~2 min on the 2-core Intel host).
 # The host-floor profile is its own target: it
 # identifies nothing the headline model needs. How long it takes: book/reproduce.md.
 # Its dtype is this machine's fast one (specbench.engine.hardware.default_dtype): bfloat16 on a
