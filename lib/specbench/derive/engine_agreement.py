@@ -19,6 +19,7 @@ import pandas as pd
 
 from specbench.derive.steps import step_table
 from specbench.store.runs import Run
+from specbench.theory.errors import percent_change
 
 __all__ = ["SLOWER_BASE_PCT", "plain_steps", "base_over_speculative_pct", "agreement_row"]
 
@@ -42,7 +43,7 @@ def base_over_speculative_pct(medians: pd.Series) -> float:
     speculative = medians[medians.index > 0]
     if not np.isfinite(base) or speculative.empty:
         return float("nan")
-    return float(100.0 * (base / speculative.median() - 1.0))
+    return float(percent_change(base, speculative.median()))
 
 
 def agreement_row(run: Run) -> dict:
