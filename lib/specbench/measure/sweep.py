@@ -24,7 +24,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specbench.derive.engine_agreement import agreement_row
 from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
 # Where a run keeps its engines' step records: one JSONL file per engine process, every step of
 # every warmup and timed call; a call's ``monotonic_ns`` window says which steps are its own.
@@ -33,6 +32,7 @@ from specbench.derive.sweep_tables import UNSTABLE_SPREAD_PCT, tables
 from specbench.engine.hardware import roofline_sku
 from specbench.engine.vllm_engine import Engine, EngineSettings
 from specbench.measure.contract import contract
+from specbench.measure.engine_check import record_engine_agreement
 from specbench.measure.load import ForeignCpu
 from specbench.measure.step_probe import probe_into
 from specbench.measure.sweep_config import (DEFAULT_REPS, DEFAULT_WARMUP, ENGINES,  # noqa: F401
@@ -482,25 +482,10 @@ def finalize(run: Run, cfg: SweepConfig, close: bool = True) -> None:
                       "machines give 1–4 %): this host was noisy. The run is kept and labelled "
                       "so (manifest 'load', the accuracy chapter); measure again on a quiet "
                       "machine before drawing conclusions from its timings", stacklevel=2)
-    _check_engines_agree(run)
+    record_engine_agreement(run)
     run.update_manifest(roofline_sku_at_end=_host_speed_now(run.manifest))
     if close:
         run.finish()
-
-
-def _check_engines_agree(run: Run) -> None:
-    """The γ=0 engine's plain step against the speculative engines' (manifest 'load'); a
-    warning where the engine instances ran the same work at different speeds."""
-    agreement = agreement_row(run)
-    slower = agreement["base_slower_pct"]
-    run.update_manifest(load={**run.manifest.get("load", {}),
-                              "base_engine_slower_pct": None if math.isnan(slower) else slower})
-    if not agreement["engines_agree"]:
-        warnings.warn(f"{run.path}: the γ=0 engine's plain step took {slower:.0f} % longer than "
-                      "the speculative engines' (it does less): the engine instances ran at "
-                      "different speeds, and its speedups are not speculation's. The run is kept "
-                      "and named (the step chapter); `make measure` again before planning from "
-                      "it", stacklevel=2)
 
 
 def _host_speed_now(manifest: dict) -> dict | None:
