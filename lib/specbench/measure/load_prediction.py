@@ -35,7 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specbench.derive.engine_agreement import agreement_row
+from specbench.derive.engine_agreement import (
+    SLOWER_BASE_PCT,
+    base_over_speculative_pct,
+    plain_steps,
+)
 from specbench.derive.step_fits import fit_run
 from specbench.derive.steps import step_table
 from specbench.engine import scheduler_sim
@@ -85,19 +89,19 @@ def step_cost(calibration: Run) -> StepCost:
     (one line) for a calibration without step records or the step probe, or whose engines ran
     the same work at different speeds (:mod:`specbench.derive.engine_agreement`)."""
     model = fit_run(calibration)
-    agreement = agreement_row(calibration)
-    if model is not None and not agreement["engines_agree"]:
-        raise ValueError(
-            f"{calibration.path / 'step_records'}: the γ=0 engine's plain step took "
-            f"{agreement['base_slower_pct']:.0f} % longer than the speculative engines' (it "
-            "does less): the engine instances ran at different speeds, so no step cost fitted "
-            "to them predicts a server; measure again (`make measure`)")
     if model is None:
         raise ValueError(f"{calibration.path / 'manifest.json'}: field step_probe: the "
                          "calibration kept no step records or ran no step probe, so no "
                          "step-time model predicts the load; run `make book` again")
     table = step_table(calibration.path, calibration.parts(),
                        calibration.manifest.get("step_probe"))
+    slower = base_over_speculative_pct(plain_steps(table))
+    if slower > SLOWER_BASE_PCT:
+        raise ValueError(
+            f"{calibration.path / 'step_records'}: the γ=0 engine's plain step took "
+            f"{slower:.0f} % longer than the speculative engines' (it "
+            "does less): the engine instances ran at different speeds, so no step cost fitted "
+            "to them predicts a server; measure again (`make measure`)")
     gaps = []
     for _, call in table[table["window"].notna()].groupby(["file", "window"]):
         call = call.sort_values("t_start_ns")
