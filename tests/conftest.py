@@ -27,7 +27,7 @@ def analysed_store(committed_store):
     """The committed store's cells with their predictions (``analysis.sweep_cells``), computed
     once per session. Shared by every test that asks: read it, never change it in place
     (``.copy()`` first, or call ``sweep_cells`` for a frame of your own)."""
-    from specbench.report.analysis import sweep_cells
+    from specbench.derive.analysis import sweep_cells
     return sweep_cells(committed_store)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.report import analysis
+from specbench.derive import analysis
 
 from specbench.report import charts
 from specbench.report.numbers import first_sku

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specbench.report import analysis, transfer
+from specbench.derive import analysis, transfer
 from specbench.store import cache
 
 STORE = Path(__file__).parent / "fixtures" / "store_make_book_zen4"

@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from specbench.report import analysis
+from specbench.derive import analysis
 
 from specbench.store import runs
 

@@ -9,7 +9,7 @@ import pytest
 
 import standin_sweep
 from specbench.measure import sweep
-from specbench.report.evaluation import host_noise_summary as _host_noise
+from specbench.derive.evaluation import host_noise_summary as _host_noise
 from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
 from specbench.store.runs import load_runs
 

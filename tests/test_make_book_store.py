@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specbench.report import analysis
-from specbench.report.evaluation import evidence, quick_sweep_skus, quick_sweep_summary
+from specbench.derive import analysis
+from specbench.derive.evaluation import evidence, quick_sweep_skus, quick_sweep_summary
 from specbench.theory.predict import HEADLINE, MIN_IDENTIFYING_SHARE
 
 

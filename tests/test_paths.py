@@ -107,5 +107,5 @@ def test_the_host_floor_numbers_reach_their_runs_in_few_steps(committed_store, c
 def test_the_tracer_sees_a_climb_back():
     """A chain from the store back up into the report is named."""
     chain = (("specbench.report.floor", "numbers"), ("specbench.store.runs", "load_runs"),
-             ("specbench.report.analysis", "sweep_cells"))
-    assert climbs(chain) == ["specbench.store.runs -> specbench.report.analysis"]
+             ("specbench.derive.analysis", "sweep_cells"))
+    assert climbs(chain) == ["specbench.store.runs -> specbench.derive.analysis"]

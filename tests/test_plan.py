@@ -199,7 +199,7 @@ SKUS = sorted({r.sku for r in load_runs(kind="sweep")})
 @pytest.mark.data
 @pytest.mark.parametrize("sku", SKUS)
 def test_from_runs_uses_measured_baseline_counters_and_model(sku, committed_store):
-    from specbench.report.analysis import sweep_cells
+    from specbench.derive.analysis import sweep_cells
     from specbench.store.hosts import host_sessions
     every_session = sweep_cells(committed_store, every_session=True)
     frame = plan.plan_from_runs(sku, headline_cells=every_session)

@@ -66,7 +66,7 @@ def test_schedule_and_flags_are_what_vllm_reads():
 
 @pytest.mark.data
 def test_plan_from_this_hosts_calibration_recommends_per_batch_with_an_interval():
-    from specbench.report.analysis import run_cells
+    from specbench.derive.analysis import run_cells
     store = Path(runs.DEFAULT_ROOT)
     cells = run_cells(runs.open_run(store / CALIBRATION))
     verify = runs.open_run(store / MICROBENCH).table("verify.csv")

@@ -6,7 +6,7 @@ import pytest
 
 from specbench.theory.errors import mape_interval
 from specbench.theory.predict import add_predictions, fit_host_ratio
-from specbench.report.transfer import leave_one_sku_out
+from specbench.derive.transfer import leave_one_sku_out
 
 
 def _cells(noise=1.02):

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbench.report import analysis
-from specbench.report.evaluation import evidence
+from specbench.derive import analysis
+from specbench.derive.evaluation import evidence
 from specbench.store.runs import load_runs
 from specbench.theory.predict import HEADLINE
 

@@ -109,6 +109,6 @@ def test_prose_does_not_grow_with_the_store(page, committed_store, grown):
 
 
 def test_the_grown_store_has_the_extra_skus(grown, committed_store):
-    from specbench.report.analysis import sweep_cells
+    from specbench.derive.analysis import sweep_cells
     assert (sweep_cells(grown)["sku"].nunique()
             == sweep_cells(committed_store)["sku"].nunique() + len(EXTRA_THREADS))

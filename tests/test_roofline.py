@@ -121,7 +121,7 @@ def test_unknown_model_shape_is_explicit():
 def test_analysis_leaves_d_missing_without_a_roofline():
     import pandas as pd
 
-    from specbench.report import analysis
+    from specbench.derive import analysis
 
     class FakeRun:
         manifest = {"model_shape": None, "grid": {"max_tokens": 8},

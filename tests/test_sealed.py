@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from specbench.cli.main import main
-from specbench.report import sealed, transfer
-from specbench.report.analysis import sweep_cells
+from specbench.derive import sealed, transfer
+from specbench.derive.analysis import sweep_cells
 from specbench.store.runs import RunSchemaError, create_run, load_runs, open_run
 from specbench.store.sealing import check_sku, sealed_record
 

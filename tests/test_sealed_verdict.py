@@ -8,7 +8,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from specbench.report import sealed, wording
+from specbench.derive import sealed
+
+from specbench.report import wording
 from specbench.report.chapters.accuracy import sealed_numbers
 from specbench.store.runs import DEFAULT_ROOT, open_run
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import specbench
-from specbench.report import analysis
+from specbench.derive import analysis
 from specbench.cli import main as cli
 from specbench.store import runs
 from specbench.measure import sweep

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.report import step_cost, tiers
+from specbench.derive import step_cost, tiers
 
 
 def _cell(sku, session, workload, gamma, batch, t_base, divisor, share, c, requests="",

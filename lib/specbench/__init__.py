@@ -4,12 +4,13 @@ The package is layered; each layer imports only those below it, and the two on o
 each other (checked by import-linter: the contracts in ``pyproject.toml``)::
 
     cli                the specbench command, the notebook runner, Slurm submission
-    report | measure   report: cells, evaluation, transfer, planning, charts, one module per
-                       chapter — from stored runs only, never the engine or a measurement;
+    report | measure   report: planning, charts, tables, words, one module per chapter —
+                       formats the derived tables, never the engine or a measurement;
                        measure: sweep, serving, microbenchmark, lossless test, host floor,
                        workloads, the manifest's contract — what runs the engine and writes runs
-    derive             a run's tables from its stored records (sweep tables, host-floor
-                       differencing, overhead, host noise), for both of the above
+    derive             the tables computed from stored runs (sweep tables, the cells with
+                       every prediction, evaluation, transfer and its tiers, sealed verdicts,
+                       step fits, host-floor differencing, noise), for both of the above
     store | engine     store: the run store, file I/O only; engine: the vLLM adapter, the
                        counter readers, hardware identity
     theory             eq. 1, the headline model, roofline, economics, counters, SLOs (pure)
@@ -22,9 +23,9 @@ __version__ = "0.1.0"
 
 # Resolved on first use (PEP 562): ``import specbench`` stays light, e.g. in the engine's own
 # processes, which import the package for its vLLM plugin.
-_EXPORTS = {"load_runs": "specbench.store.runs", "sweep_cells": "specbench.report.analysis",
-            "error_table": "specbench.report.evaluation",
-            "leave_one_sku_out": "specbench.report.transfer",
+_EXPORTS = {"load_runs": "specbench.store.runs", "sweep_cells": "specbench.derive.analysis",
+            "error_table": "specbench.derive.evaluation",
+            "leave_one_sku_out": "specbench.derive.transfer",
             "plan_from_runs": "specbench.report.plan", "plan_explicit": "specbench.report.plan"}
 __all__ = list(_EXPORTS)
 

@@ -64,7 +64,7 @@ def _microbench(path: Path | None, calibration: Run) -> Run | None:
 def _inputs(args):
     """Everything the plan reads, checked before the engine starts (ValueError: one line)."""
     from specbench.measure.workloads.operator_file import FileSource
-    from specbench.report.analysis import run_cells
+    from specbench.derive.analysis import run_cells
     calibration = _check_calibration(Path(args.calibration))
     source = FileSource(args.workload_file)
     micro = _microbench(Path(args.microbench) if args.microbench else None, calibration)

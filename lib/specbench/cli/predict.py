@@ -4,10 +4,10 @@ The operator's flow: `make book` on a host measures 'repeat', 'open' and 'edit' 
 batches 1 and 4 (and the kernel microbenchmark); ``specbench predict --calibration <that sweep>``
 then seals, for every Spec-Bench category × γ × batch, the speedup over the paired γ=0 arm
 from the step cost this host measured and the tokens per step and drafting share the other
-hosts measured per prompt (:mod:`specbench.report.step_cost`). A prediction is refused for a
+hosts measured per prompt (:mod:`specbench.derive.step_cost`). A prediction is refused for a
 workload the calibration's host session already measured with speculation (it would not be
 sealed). A calibration of the γ=0 arm alone (``specbench sweep --gammas 0``) takes the older
-latency path (:func:`specbench.report.sealed.predict`). Either way the predictions go into a
+latency path (:func:`specbench.derive.sealed.predict`). Either way the predictions go into a
 closed 'prediction' run whose manifest hashes the table; then ``specbench sweep
 --judged-against RUN`` measures the host and the book compares the two.
 """
@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 
 from specbench.cli import args as cliargs
-from specbench.report.sealed import (
+from specbench.derive.sealed import (
     PREDICTIONS,
     SPEC_BENCH,
     calibration_cells,
     predict,
     predict_speedups,
 )
-from specbench.report.step_cost import CALIBRATION_WORKLOADS
+from specbench.derive.step_cost import CALIBRATION_WORKLOADS
 from specbench.store.runs import DEFAULT_ROOT, Run, create_run, load_runs, open_run, sha256_file
 
 __all__ = ["HELP", "DESCRIPTION", "add_arguments", "run"]
@@ -97,14 +97,14 @@ def _microbench(path: Path | None, root: Path, sku: str) -> Run:
 def _others(root: Path, sku: str):
     """The other SKUs' cells, and refusal when this SKU already has speculative cells (a
     prediction made after them would not be sealed)."""
-    from specbench.report.analysis import sweep_cells
+    from specbench.derive.analysis import sweep_cells
     cells = sweep_cells(root)
     seen = cells[(cells["sku"] == sku) & (cells["gamma"] > 0)]
     if len(seen):
         raise ValueError(f"SKU {sku!r} already has speculative cells (run "
                          f"{seen['run_id'].iloc[0]}): a prediction made now is not sealed")
     # The lenders leave-one-SKU-out uses, so a sealed prediction is that same prediction.
-    from specbench.report.transfer import lends
+    from specbench.derive.transfer import lends
     return cells[(cells["sku"] != sku) & lends(cells["sku"])]
 
 
@@ -123,8 +123,8 @@ def _lenders(root: Path, calibration: Run, workloads: list[str]):
     """Every other host session's cells and batch-1 requests, after refusing workloads this
     host session already measured with speculation (a prediction made after them would not
     be sealed; 'repeat', 'open' and 'edit' are the calibration itself, never predicted)."""
-    from specbench.report.analysis import request_predictors, sweep_cells
-    from specbench.report.transfer import lends
+    from specbench.derive.analysis import request_predictors, sweep_cells
+    from specbench.derive.transfer import lends
     from specbench.store.hosts import host_sessions
     calibrating = sorted(set(workloads) & set(CALIBRATION_WORKLOADS))
     if calibrating:
@@ -149,8 +149,8 @@ def _lenders(root: Path, calibration: Run, workloads: list[str]):
 
 def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
     """Speedups from a `make book` calibration (see the module text)."""
-    from specbench.report.analysis import run_cells
-    from specbench.report.step_cost import step_costs
+    from specbench.derive.analysis import run_cells
+    from specbench.derive.step_cost import step_costs
     gammas = list(args.gammas or (2, 6))
     workloads = [w for w in args.workloads.split(",") if w]
     try:
@@ -181,7 +181,7 @@ def _run_make_book(args, parser, root: Path, calibration: Run) -> int:
     manifest["grid"]["prompts"] = args.prompts
     manifest["host_session"] = session
     manifest["method"] = (
-        "specbench.report.step_cost: speedup over the paired γ=0 arm = D/(1 + s·c(γ, b)), "
+        "specbench.derive.step_cost: speedup over the paired γ=0 arm = D/(1 + s·c(γ, b)), "
         "c this host's step cost from its make book 'repeat'/'edit' cells, D and s lent per "
         "prompt by other host sessions (batch 1; pooled cell counters at batch > 1); "
         "steps_speedup beside it where the calibration kept step records and ran the step "
@@ -243,7 +243,7 @@ def run(args, parser: argparse.ArgumentParser) -> int:
                        "calibration's grid: nothing to predict from")
     used = others.drop_duplicates("run_id")
     manifest = _manifest(calibration, table, list(args.gammas), micro, used)
-    manifest["method"] = ("specbench.report.sealed: acceptance (D, drafting share) pooled from "
+    manifest["method"] = ("specbench.derive.sealed: acceptance (D, drafting share) pooled from "
                           "the other SKUs' counters, h/t_base fitted on them, t_base and d the "
                           "SKU's own")
     return _seal(root, manifest, table, f"{len(table)} cells")

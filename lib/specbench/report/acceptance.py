@@ -1,6 +1,6 @@
 """Acceptance across its range: the tables and numbers of the acceptance chapter.
 
-From :func:`specbench.report.analysis.sweep_cells` (the latest cell of each kind per SKU) and the
+From :func:`specbench.derive.analysis.sweep_cells` (the latest cell of each kind per SKU) and the
 latest 'lossless' run: a Spec-Bench-style table per category and γ, the α bands the measured
 cells cover, and the lossless verdict at each temperature.
 """

@@ -8,7 +8,7 @@
 * :func:`error_ablation` — mean errors of eq. 1, eq. 1 with d = 0 and the acceptance-blind
   model, per SKU and batch.
 
-Every function takes the cells of :func:`specbench.report.analysis.sweep_cells` (tidy, one row per
+Every function takes the cells of :func:`specbench.derive.analysis.sweep_cells` (tidy, one row per
 cell) and returns a tidy frame; none reads a latency it predicts.
 """
 from __future__ import annotations

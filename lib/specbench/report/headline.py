@@ -7,11 +7,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from specbench.report import evaluation, transfer, wording
+from specbench.derive import evaluation, transfer
+
+from specbench.report import wording
 from specbench.report.numbers import (
     Numbers,
 )
-from specbench.report.evaluation import (
+from specbench.derive.evaluation import (
     GOAL_B4_MAPE_PCT,
     GOAL_MAPE_PCT,
     GOAL_TRANSFER_PCT,
@@ -21,7 +23,7 @@ from specbench.report.evaluation import (
     quick_sweep_summary,
     sampled_evidence,
 )
-from specbench.report.transfer import leave_one_sku_out
+from specbench.derive.transfer import leave_one_sku_out
 from specbench.theory.errors import mape_interval, mape_of
 from specbench.theory.predict import (
     HEADLINE,

@@ -7,10 +7,12 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from specbench.report import evaluation, sealed, tiers, wording
-from specbench.report.analysis import request_predictors, sweep_cells
+from specbench.derive import evaluation, sealed, tiers
+
+from specbench.report import wording
+from specbench.derive.analysis import request_predictors, sweep_cells
 from specbench.report.numbers import Numbers
-from specbench.report.evaluation import GOAL_TRANSFER_PCT
+from specbench.derive.evaluation import GOAL_TRANSFER_PCT
 from specbench.store.hosts import PERIOD_GAP_HOURS, host_sessions
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.errors import mape_difference, mape_interval, mape_of, percent_change
@@ -24,7 +26,7 @@ __all__ = ["count_across", "host_numbers", "judged_sweeps", "sealed_numbers", "s
 def sealed_numbers(root, cells: pd.DataFrame | None = None) -> Numbers:
     """Predicted before measured: every SKU whose sweep was judged against a sealed
     prediction (``hm_sealed_*``), judged as speedups over the paired γ=0 arm from the judged
-    sweep's own cells (:func:`specbench.report.sealed.judged`; no later run moves them)."""
+    sweep's own cells (:func:`specbench.derive.sealed.judged`; no later run moves them)."""
     n = Numbers()
     judged = sealed.judged(root)
     if judged.empty:
@@ -172,7 +174,7 @@ def session_labels(every: pd.DataFrame) -> dict:
 
 
 def tier_table(predictions: pd.DataFrame) -> pd.DataFrame:
-    """The three transfer tiers (:func:`specbench.report.tiers.tier_mape`) per batch, with the
+    """The three transfer tiers (:func:`specbench.derive.tiers.tier_mape`) per batch, with the
     paired verdict of model against ratio transfer from the same tier."""
     table = tiers.tier_mape(predictions)
     verdicts = []

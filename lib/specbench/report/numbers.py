@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from specbench.derive.decompose import decompose
-from specbench.report import analysis, curves, wording
+from specbench.derive import analysis
+from specbench.report import curves, wording
 from specbench.store.cache import memoised
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 

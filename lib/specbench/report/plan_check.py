@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 
 from specbench.derive.serving_steps import level_compositions
-from specbench.report.analysis import run_cells
+from specbench.derive.analysis import run_cells
 from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs

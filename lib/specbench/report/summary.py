@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 from specbench.report.acceptance import engine_fails_lossless, patched_passes_lossless
-from specbench.report.analysis import request_predictors
+from specbench.derive.analysis import request_predictors
 from specbench.report.headline import headline
 from specbench.report.host_evidence import sealed_numbers
 from specbench.report.numbers import Numbers, error_word, greedy_cells
-from specbench.report.evaluation import GOAL_TRANSFER_PCT
-from specbench.report.transfer import leave_one_sku_out
+from specbench.derive.evaluation import GOAL_TRANSFER_PCT
+from specbench.derive.transfer import leave_one_sku_out
 from specbench.store.runs import DEFAULT_ROOT
 
 __all__ = ["summary"]

@@ -4,7 +4,7 @@
 manifest) before the SKU's sweep starts; ``specbench sweep --judged-against RUN`` refuses any
 run that is not such a closed prediction, and stores the record below in its manifest, so a
 reader can check later that the sealed table is the one the sweep was judged against and that
-it was closed before the sweep began (:mod:`specbench.report.sealed`).
+it was closed before the sweep began (:mod:`specbench.derive.sealed`).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ __all__ = ["numbers", "predictor_table", "grouped_workloads"]
 
 def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None):
     """The acceptance chapter's numbers, words and guarded sentences, with their run ids."""
-    from specbench.report import analysis
+    from specbench.derive import analysis
 
     cells = analysis.sweep_cells(root) if cells is None else cells
     n = Numbers()

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.report import curves, transfer, wording
-from specbench.report.analysis import accuracy_table, sweep_cells
+from specbench.derive import transfer
+
+from specbench.report import curves, wording
+from specbench.derive.analysis import accuracy_table, sweep_cells
 from specbench.report.host_evidence import (  # the host-unit half, shown in this chapter
     count_across, host_numbers, judged_sweeps, sealed_by_batch, sealed_numbers, sealed_table,
     session_labels, tier_table, twin_hosts, twin_summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbench.derive.overhead import overhead_summary
-from specbench.report import analysis, transfer
+from specbench.derive import analysis, transfer
 from specbench.report.numbers import (
     Numbers,
     floor_split,
@@ -48,7 +48,7 @@ def sku_table(runs: list[Run]) -> pd.DataFrame:
     """One row per SKU: its label, its id in the store, the CPU family and model it was told
     apart by, and how many runs of each kind it holds (a table that grows with the store,
     where a paragraph would)."""
-    from specbench.report.analysis import sku_label
+    from specbench.derive.analysis import sku_label
     rows = {}
     for run in runs:
         hw = run.manifest["hardware"]

@@ -21,7 +21,7 @@ from specbench.report.plan import (
     rep_intervals,
     speedup_interval,
 )
-from specbench.report.transfer import leave_one_sku_out
+from specbench.derive.transfer import leave_one_sku_out
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
 from specbench.theory.errors import percent_error
@@ -284,7 +284,7 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
     """
     runs = latest_sweeps(root)
     first = runs[0]
-    from specbench.report.analysis import sweep_cells
+    from specbench.derive.analysis import sweep_cells
     headline = sweep_cells(root)
     labels = dict(zip(headline["sku"], headline["sku_label"], strict=True))
     sessions = sweep_cells(root, every_session=True)   # each plan on its own host session
@@ -326,7 +326,7 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
                  _negative_numbers(neg, paid_at_zero), _priced_numbers(decisions)):
         numbers.update(part)
     # leave_one_sku_out keeps greedy cells only; computed once for the numbers and the table.
-    from specbench.report.analysis import request_predictors
+    from specbench.derive.analysis import request_predictors
     loso = leave_one_sku_out(headline, request_predictors(root, headline))
     regrets = regret_table(loso) if len(loso) else pd.DataFrame()
     numbers.update(_regret_numbers(regrets, labels))

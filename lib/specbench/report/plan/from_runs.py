@@ -79,7 +79,7 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
     run = _sku_runs(root, sku)
     cells = ok_cells(run)
     if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
-        from specbench.report.analysis import sweep_cells
+        from specbench.derive.analysis import sweep_cells
         headline_cells = sweep_cells(root, every_session=True)
     if batch is not None and batch not in set(cells["batch"]):
         raise PlanInputError("--batch", f"batch {batch} was not measured in {run.run_id} "

@@ -153,7 +153,7 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
                  cells: pd.DataFrame | None = None, root=DEFAULT_ROOT) -> ModelInputs:
     """t_base, counter α, d(γ), host term h and exact divisor for one batch × workload.
 
-    With ``cells`` (:func:`specbench.report.analysis.sweep_cells`), the book's headline model: a
+    With ``cells`` (:func:`specbench.derive.analysis.sweep_cells`), the book's headline model: a
     drafting share s of the steps pays the microbenchmarked verify cost d and the cross-fitted
     host term h, so eq. 1's d(γ) becomes s·(d + h/t_base) and h_ms = 0 (d at γ+1 interpolated
     between the microbenchmarked γ). Without them, or for a SKU with no microbenchmark, the

@@ -1,7 +1,7 @@
 """The operator's plan: for their own prompts on this host, which γ — or none — at each batch.
 
 Inputs are two things measured apart: the host's step cost c(γ, b) from its `make book`
-calibration (:mod:`specbench.report.step_cost`), and acceptance on the operator's prompts from
+calibration (:mod:`specbench.derive.step_cost`), and acceptance on the operator's prompts from
 one untimed pass at the largest γ (:mod:`specbench.measure.acceptance_pass`). The speedup over
 no speculation is the host-unit model's, with acceptance measured instead of lent:
 
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.report.plan.gamma import fastest, recommend, recommend_by_speedup, relative_pot
-from specbench.report.step_cost import cell_step_costs, step_costs
+from specbench.derive.step_cost import cell_step_costs, step_costs
 from specbench.theory.counters import accepted_lengths
 
 __all__ = ["rates_at", "measured_costs", "step_cost_at", "predict_plan", "recommend_per_batch",

@@ -40,7 +40,7 @@ def break_even_table(root=DEFAULT_ROOT, headline_cells: pd.DataFrame | None = No
     the model charges (t_base·(1 + d(γ)) + h) / t_base, so v = (d(γ) + h/t_base) / γ.
     """
     if headline_cells is None:   # the model's inputs (analysis.sweep_cells), read once
-        from specbench.report.analysis import sweep_cells
+        from specbench.derive.analysis import sweep_cells
         headline_cells = sweep_cells(root, every_session=True)
     rows = []
     for run in latest_sweeps(root):

@@ -2,7 +2,7 @@
 
 A SKU that has only a cheap calibration — a sweep of its γ=0 arm and its kernel
 microbenchmark — gets, for every speculative cell of the grid, the transfer prediction of
-:func:`specbench.report.transfer.transfer_predictions`: acceptance (D, drafting share) pooled
+:func:`specbench.derive.transfer.transfer_predictions`: acceptance (D, drafting share) pooled
 from the other SKUs' counters, the host ratio fitted on them, t_base and d its own. ``specbench
 predict`` writes these numbers into a 'prediction' run before that SKU's sweep starts; the
 sweep names the run it is judged against (``specbench sweep --judged-against RUN``) and records
@@ -19,7 +19,7 @@ import pandas as pd
 from specbench.store.runs import RunSchemaError, load_runs, open_run
 from specbench.theory.errors import percent_change, percent_error
 from specbench.theory.step_time import StepTimeModel, cells_speedup
-from specbench.report.transfer import KEY, transfer_predictions
+from specbench.derive.transfer import KEY, transfer_predictions
 
 __all__ = ["PREDICTIONS", "MAX_T_BASE_DRIFT_PCT", "SPEC_BENCH", "calibration_cells", "predict",
            "predict_speedups", "judged", "drift_scaled"]
@@ -73,11 +73,11 @@ def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
                      workloads=SPEC_BENCH, gammas=(2, 6), batches=(1, 4),
                      prompts: int = 2, steps: StepTimeModel | None = None,
                      output_tokens: int = 64) -> pd.DataFrame:
-    """The sealed table of a `make book` calibration (:mod:`specbench.report.step_cost`): per
+    """The sealed table of a `make book` calibration (:mod:`specbench.derive.step_cost`): per
     workload × γ × batch, the speedup over the paired γ=0 arm from this host's step cost
     c(γ, b) and D, s lent by the other hosts (``lender_cells`` and ``lender_requests``:
-    :func:`specbench.report.analysis.sweep_cells` with ``every_session`` and
-    :func:`~specbench.report.analysis.request_predictors`, other host sessions only); ratio
+    :func:`specbench.derive.analysis.sweep_cells` with ``every_session`` and
+    :func:`~specbench.derive.analysis.request_predictors`, other host sessions only); ratio
     transfer beside it (the geometric mean of the lenders' measured speedups for the cell). A
     latency follows as the calibration's median γ=0 step at that batch over the speedup — its
     t_base is not the predicted workload's, so the latency is a guide and the speedup is what
@@ -87,7 +87,7 @@ def predict_speedups(calibration: pd.DataFrame, verify: pd.DataFrame | None,
     ``steps_speedup`` is sealed beside it: each prompt's γ=0 and γ cells built from their
     steps (``rows`` = batch, the lent D and s, the lenders' prompt length, ``output_tokens``),
     the cell's speedup the harmonic mean over its prompts; NaN without a model."""
-    from specbench.report import step_cost
+    from specbench.derive import step_cost
     cost = step_cost.step_costs(calibration, verify).set_index(["gamma", "batch"])
     base = calibration[(calibration["gamma"] == 0) & (calibration["temperature"] == 0)]
     t_base = base.groupby("batch")["pot_ms"].median()
@@ -116,7 +116,7 @@ def _cell_predictions(c: pd.Series, lent: dict, theirs: pd.DataFrame,
                       steps: StepTimeModel | None, output_tokens: int) -> dict:
     """One sealed cell's predictions: the model's (this host's step cost ``c``, the lent D and
     s), ratio transfer's (the lenders' geometric-mean speedup) and the step-time model's."""
-    from specbench.report import step_cost
+    from specbench.derive import step_cost
     speedup, d_mean, s_mean = step_cost.speedup(lent["per_prompt"], c["c"])
     prompt_tokens = (float(theirs["prompt_tokens"].mean()) if "prompt_tokens" in theirs
                      else np.nan)
@@ -153,7 +153,7 @@ def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every sweep measured against a sealed prediction: its own cells beside the numbers
     predicted before it started, with both errors per cell.
 
-    The cells are read from the judged sweep alone (:func:`specbench.report.analysis.run_cells`),
+    The cells are read from the judged sweep alone (:func:`specbench.derive.analysis.run_cells`),
     never from the store's latest-cell table: a later run of the same SKU, from this host or
     another, leaves a sealed verdict as it was. (``cells`` is accepted for older callers and
     not used.)
@@ -166,7 +166,7 @@ def judged(root, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     calibration and sweep does not count as the model's miss. The latency errors
     (``model_err_pct``, ``ratio_err_pct``; the sealed latency against the measured one) stay
     beside them with the γ=0 drift (``t_base_drift_pct``) that explains them."""
-    from specbench.report.analysis import run_cells
+    from specbench.derive.analysis import run_cells
     frames = []
     for sweep in load_runs(root, kind="sweep"):
         if not sweep.manifest.get("judged_against"):

@@ -170,7 +170,7 @@ def _latest_cells(runs: list[Run], sessions: dict[str, str] | None = None) -> pd
         cells.insert(4, "host_session", sessions[run.run_id])
         cells["dtype"] = run.manifest.get("dtype")
         # The grid that measured the cell: which SKUs `make book`'s quick sweep alone measured
-        # (specbench.report.evaluation.quick_sweep_skus).
+        # (specbench.derive.evaluation.quick_sweep_skus).
         grid = run.manifest.get("grid", {})
         cells["run_workloads"] = ",".join(grid.get("workloads", []))
         cells["run_prompts"] = grid.get("prompts", np.nan)
@@ -179,7 +179,7 @@ def _latest_cells(runs: list[Run], sessions: dict[str, str] | None = None) -> pd
         cells["d_roofline"] = _verify_overheads(cells, run)
         cells["roofline"] = roofline_of(run)
         # Which engine build sampled: a temperature cell is evidence only where sampling is
-        # lossless (the engine patch; see specbench.report.evaluation.sampled_evidence).
+        # lossless (the engine patch; see specbench.derive.evaluation.sampled_evidence).
         settings = run.manifest.get("engine", {}).get("settings") or {}
         cells["engine_patch"] = settings.get("engine_patch") or "as released"
         # A run whose warmup filled the prefix cache timed no prefill: its TTFT is not one.

@@ -55,7 +55,7 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
     ``target`` has one row per (workload, γ, batch) to predict with that SKU's own ``t_base_ms``
     and ``d`` (and any columns to carry along); ``others`` the other SKUs' greedy speculative
     cells. Rows the others never measured are dropped. The one prediction both the
-    leave-one-SKU-out evaluation and a sealed prediction (:mod:`specbench.report.sealed`) make."""
+    leave-one-SKU-out evaluation and a sealed prediction (:mod:`specbench.derive.sealed`) make."""
     pooled = _pooled(others).add_suffix("_pooled").reset_index()
     out = target.merge(pooled, on=KEY, how="inner")
     h_ratio = {b: fit_host_ratio(others[others["batch"] == b]) for b in out["batch"].unique()}
@@ -74,8 +74,8 @@ def transfer_predictions(target: pd.DataFrame, others: pd.DataFrame) -> pd.DataF
 def leave_one_sku_out(cells: pd.DataFrame, requests: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per predicted speculative cell of every SKU (greedy cells only).
 
-    ``cells`` is :func:`specbench.report.analysis.sweep_cells` (or any table with its columns);
-    with ``requests`` (:func:`specbench.report.analysis.request_predictors`) batch-1 cells are
+    ``cells`` is :func:`specbench.derive.analysis.sweep_cells` (or any table with its columns);
+    with ``requests`` (:func:`specbench.derive.analysis.request_predictors`) batch-1 cells are
     predicted per prompt (:func:`per_prompt`)."""
     if "d" not in cells:
         from specbench.theory.predict import add_predictions

@@ -3,7 +3,7 @@ the ablations of the headline model, leave-one-SKU-out transfer against ratio tr
 which errors are inside the measurement's own noise.
 
 The cells evaluated are the speculative, greedy cells of
-:func:`specbench.report.analysis.sweep_cells` (temperature cells stay out while the engine fails
+:func:`specbench.derive.analysis.sweep_cells` (temperature cells stay out while the engine fails
 the lossless test; see :mod:`specbench.measure.lossless`).
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ def ablation_table(cells: pd.DataFrame) -> pd.DataFrame:
 def transfer_table(loso: pd.DataFrame, cost: pd.DataFrame | None = None) -> pd.DataFrame:
     """Leave-one-SKU-out: the model against ratio transfer on the same cells, per held-out SKU
     and batch (and over all), with the SKU's cost structure beside it where ``cost``
-    (:func:`specbench.report.transfer.cost_structure`) is given."""
+    (:func:`specbench.derive.transfer.cost_structure`) is given."""
     rows = []
     groups = list(loso.groupby(["sku", "batch"])) + [(("all", "all"), loso)]
     for (sku, batch), g in groups:

@@ -1,6 +1,6 @@
 """Transfer in three tiers: how far a host's speedups can be predicted from where.
 
-Every Spec-Bench cell of a host session is predicted as :mod:`specbench.report.step_cost`
+Every Spec-Bench cell of a host session is predicted as :mod:`specbench.derive.step_cost`
 predicts a sealed one — its speedup over the paired γ=0 arm is D/(1 + s·c(γ, b)) with c this
 host session's own step cost (from its 'repeat'/'edit' cells) — with the tokens per step D and
 drafting share s lent from one of three tiers:
@@ -22,8 +22,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from specbench.report import step_cost
-from specbench.report.transfer import lends
+from specbench.derive import step_cost
+from specbench.derive.transfer import lends
 from specbench.theory.errors import mape_of, percent_error
 
 __all__ = ["TIERS", "cpu_kind", "tier_predictions", "tier_mape"]
@@ -60,9 +60,9 @@ def _tier_of(target, lender_sku: pd.Series, lender_session: pd.Series, tier: str
 
 def tier_predictions(cells: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per Spec-Bench cell × tier that could lend to it: the predicted and measured
-    speedups and both errors. ``cells`` is :func:`specbench.report.analysis.sweep_cells` with
+    speedups and both errors. ``cells`` is :func:`specbench.derive.analysis.sweep_cells` with
     ``every_session=True`` (or any table with its columns), ``requests``
-    :func:`~specbench.report.analysis.request_predictors` over every run."""
+    :func:`~specbench.derive.analysis.request_predictors` over every run."""
     greedy = cells[cells["temperature"] == 0]
     lender_cells = greedy[lends(greedy["sku"])]
     lender_requests = (requests[lends(requests["sku"]) & (requests["temperature"] == 0)]
