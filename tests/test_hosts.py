@@ -3,7 +3,7 @@ unit of evidence)."""
 from pathlib import Path
 
 from specbench.engine.hardware import host_fingerprint
-from specbench.store.hosts import host_sessions
+from specbench.store.hosts import host_sessions, latest_per_session
 from specbench.store.runs import Run
 
 
@@ -45,3 +45,18 @@ def test_unfingerprinted_runs_group_by_sku_and_measuring_period():
     assert sessions["m"] == sessions["s"]
     assert sessions["later"] != sessions["s"]          # a day later: another period
     assert sessions["other"] not in (sessions["m"], sessions["later"])  # another SKU
+
+
+def test_each_host_session_takes_its_own_latest_microbenchmark():
+    """The one rule for a session's kernels: its SKU's latest microbenchmark on that session,
+    never another session's, whatever order the runs come in."""
+    sku = "cpu-amd-epyc-f25m1-1t-float32"
+    runs = [_run(rid, sku, f"2026-12-03T1{hour}:00:00+00:00", f"2026-12-03T1{hour}:05:00+00:00",
+                 boot=boot) for rid, hour, boot in
+            [("m2", 2, "1111aaaa-b"), ("m1", 0, "1111aaaa-b"), ("m3", 1, "2222bbbb-c")]]
+    for run in runs:
+        run.manifest["kind"] = "microbench"
+    sessions = host_sessions(runs)
+    latest = latest_per_session(runs, sessions)
+    assert {key[1]: run.run_id for key, run in latest.items()} == {
+        sessions["m1"]: "m2", sessions["m3"]: "m3"}

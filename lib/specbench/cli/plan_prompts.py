@@ -203,7 +203,21 @@ def _answer(calibration, micro, settings, table, recs, result, wall_s, load=None
     }
     if load is not None:
         answer["load"] = _served_load(answer, load)
+    answer["drafts"] = _drafts(calibration)
     return answer
+
+
+def _drafts(calibration: Run) -> list[dict]:
+    """The draft models this host's draft sweeps measured, as candidates beside n-gram
+    (:mod:`specbench.report.plan.drafts`), each with the speculative config to paste."""
+    from specbench.report.plan.drafts import draft_candidates, speculative_config
+    from specbench.store.hosts import host_sessions
+    root = calibration.path.parent.parent
+    session = host_sessions(load_runs(root)).get(calibration.run_id)
+    rows = draft_candidates(calibration.sku, session, root).to_dict(orient="records")
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            | {"speculative_config": (speculative_config(row["draft_path"], row["gamma"])
+                                      if row["draft_path"] else None)} for row in rows]
 
 
 def _served_load(answer: dict, load: dict) -> dict:
@@ -261,7 +275,8 @@ def _text(answer: dict, table, recs) -> str:
     lines += ["", "paste (one γ for every load, the best geometric mean over the batches):",
               "  " + (answer["serve_static"]
                       or "speculation off: vllm serve without --speculative-config")]
-    return "\n".join(lines + _dynamic_text(answer) + _load_text(answer.get("load")))
+    return "\n".join(lines + _dynamic_text(answer) + _load_text(answer.get("load"))
+                     + _drafts_text(answer["drafts"]))
 
 
 def _dynamic_text(answer: dict) -> list[str]:
@@ -325,4 +340,27 @@ def _load_text(load: dict | None) -> list[str]:
     if load.get("plan_served_as"):
         lines.append(f"the plan is served as {load['plan_served_as']} (its schedule is not "
                      "honoured by this engine)")
+    return lines
+
+
+def _drafts_text(drafts: list[dict]) -> list[str]:
+    """Each measured draft depth and batch: its best measured speedup and whether it is a
+    candidate, with the break-even acceptance it would need where it is not."""
+    if not drafts:
+        return ["", "draft models: none measured on this CPU (`make measure-drafts` measures "
+                    "two layer-truncated drafts)"]
+    r = own_prompts.rounded
+    lines = ["", f"draft models ({drafts[0]['session_basis']}'s `make measure-drafts`; their "
+                 "acceptance was read on its Spec-Bench prompts, not on yours):"]
+    for d in drafts:
+        even = (f"it breaks even at {r(d['break_even'])}" if d["break_even"] is not None
+                else "no acceptance breaks even at its cost")
+        verdict = ("a candidate: it ran faster than no speculation" if d["candidate"] else
+                   f"not a candidate: per-position α {r(d['alpha'])} where {even}")
+        lines.append(f"  depth {d['depth']}, batch {d['batch']}: best γ={d['gamma']}, "
+                     f"{r(d['speedup'])}× (any workload at most {r(d['best_any'])}×); {verdict}")
+    best = max(drafts, key=lambda d: d["speedup"])
+    if best["speculative_config"]:
+        lines.append(f"  to serve the best of them (depth {best['depth']}): --speculative-config "
+                     f"'{best['speculative_config']}'")
     return lines

@@ -114,9 +114,9 @@ def _session_microbench(path: Path | None, root: Path, calibration: Run,
     (another host's kernels are not this one's); None where that session has none."""
     if path is not None:
         return _microbench(path, root, calibration.sku)
-    found = [r for r in load_runs(root, kind="microbench")
-             if r.sku == calibration.sku and sessions.get(r.run_id) == session]
-    return found[-1] if found else None
+    from specbench.store.hosts import latest_per_session
+    return latest_per_session(load_runs(root, kind="microbench"), sessions).get(
+        (calibration.sku, session))
 
 
 def _lenders(root: Path, calibration: Run, workloads: list[str]):

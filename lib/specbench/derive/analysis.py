@@ -14,6 +14,7 @@ import pandas as pd
 from specbench.derive.noise import NOISY_HOST_CV_PCT, repetition_cv_pct
 from specbench.derive.sweep_tables import decode_steps
 from specbench.store.cache import memoised
+from specbench.store.hosts import latest_per_session
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory.errors import mape_of
 from specbench.theory.roofline import (
@@ -215,8 +216,7 @@ def _micro_d(cells: pd.DataFrame, runs: list[Run], sessions: dict[str, str]) -> 
     own (the roofline's d stands in; ``d_source`` says so)."""
     out = pd.Series(np.nan, index=cells.index)
     cells["d_micro_run"] = None
-    latest = {(run.sku, sessions[run.run_id]): run for run in runs}   # oldest first
-    for (sku, session), run in latest.items():
+    for (sku, session), run in latest_per_session(runs, sessions).items():
         verify = run.table("verify.csv")
         mine = (cells["sku"] == sku) & (cells["host_session"] == session)
         cells.loc[mine, "d_micro_run"] = run.run_id

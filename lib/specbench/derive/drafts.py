@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.store.cache import memoised
-from specbench.store.hosts import host_sessions
+from specbench.store.hosts import host_sessions, latest_per_session
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory.draft_cost import (
     extended_speedup,
@@ -22,10 +22,10 @@ from specbench.theory.draft_cost import (
     per_position_alpha,
     split_draft_cost,
 )
-from specbench.theory.economics import break_even_alpha
+from specbench.theory.economics import TABLE3_ALPHAS, break_even_alpha, net_speedup
 from specbench.theory.errors import percent_error
 
-__all__ = ["draft_cells", "break_even", "cost_split", "PREDICTORS"]
+__all__ = ["draft_cells", "break_even", "cost_split", "table3", "PREDICTORS"]
 
 #: The speedup predictors the chapter compares, column → what it is.
 PREDICTORS = {
@@ -45,9 +45,8 @@ def _ok(run: Run) -> pd.DataFrame:
 
 def _micro_d(runs: list[Run], sessions: dict[str, str]) -> dict:
     """(sku, session) → the latest microbenchmark's verify growth in ms by (batch, γ)."""
-    latest = {(r.sku, sessions[r.run_id]): r for r in runs if r.manifest["kind"] == "microbench"}
     return {key: run.table("verify.csv").set_index(["batch", "gamma"])["delta_ms"]
-            for key, run in latest.items()}
+            for key, run in latest_per_session(runs, sessions).items()}
 
 
 def _alone(runs: list[Run], sessions: dict[str, str]) -> pd.DataFrame:
@@ -69,8 +68,10 @@ def _drafting(runs: list[Run], sessions: dict[str, str]) -> pd.DataFrame:
         depth = run.manifest["grid"].get("draft_depth")
         if depth is None:
             continue
+        draft = run.manifest["engine"].get("draft_model") or {}
         frames.append(_ok(run).assign(sku=run.sku, host_session=sessions[run.run_id],
-                                      depth=depth, run_id=run.run_id))
+                                      depth=depth, run_id=run.run_id,
+                                      draft_path=draft.get("path")))
     if not frames:
         return pd.DataFrame(columns=[*KEY, "gamma"])
     cells = pd.concat(frames, ignore_index=True)
@@ -105,7 +106,8 @@ def _predictions(spec: pd.DataFrame) -> pd.DataFrame:
 def draft_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
     """One row per speculative draft-model cell (greedy, status ok): measured speedup, L
     (``emitted_per_step``), the counters' α, per-position α, d(γ), both cs, each predictor's
-    speedup and percent error. Empty when the store holds no draft sweep."""
+    speedup and percent error, and the draft checkpoint the sweep drafted with. Empty when the
+    store holds no draft sweep."""
     every = load_runs(root)
     sessions = host_sessions(every)
     drafts = [r for r in every if r.manifest["kind"] == "draft-sweep"]
@@ -175,3 +177,24 @@ def cost_split(root=DEFAULT_ROOT) -> pd.DataFrame:
                          per_step=fixed, per_token=per_token, gammas=len(per_gamma),
                          c_leviathan=float(g["c_leviathan"].median())))
     return pd.DataFrame(rows)
+
+
+def table3(root=DEFAULT_ROOT, k: int = 4, batch: int = 1) -> pd.DataFrame:
+    """The worksheet's Table 3 at k proposed tokens with this store's measured costs instead
+    of its assumed c = 0.05: Leviathan's net speedup at each α of the worksheet's grid for
+    n-gram drafting (c = 0, v = d(k)/k from the draft sessions' microbenchmarks) and for each
+    measured draft depth (its median in-engine c over every cell at that k and batch, the same
+    v). Rows α; one column per drafter, named with its c. Empty without draft cells at k."""
+    cells = draft_cells(root)
+    if cells.empty:
+        return cells
+    here = cells[(cells["gamma"] == k) & (cells["batch"] == batch)]
+    if here.empty:
+        return pd.DataFrame()
+    v = max(float(here["d"].median()) / k, 0.0) if here["d"].notna().any() else 0.0
+    columns = {f"n-gram (c 0, v {v:.3f})": [net_speedup(a, k, 0.0, v) for a in TABLE3_ALPHAS]}
+    for depth, g in here.groupby("depth"):
+        c = max(float(g["c_engine"].median()), 0.0)
+        columns[f"depth {int(depth)} (c {c:.2f})"] = [net_speedup(a, k, c, v)
+                                                     for a in TABLE3_ALPHAS]
+    return pd.DataFrame(columns, index=pd.Index(TABLE3_ALPHAS, name="α"))

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from specbench.store.runs import Run
 
-__all__ = ["PERIOD_GAP_HOURS", "host_sessions", "host_session_of"]
+__all__ = ["PERIOD_GAP_HOURS", "host_sessions", "host_session_of", "latest_per_session"]
 
 PERIOD_GAP_HOURS = 12
 
@@ -53,3 +53,13 @@ def host_sessions(runs: list[Run]) -> dict[str, str]:
 def host_session_of(run: Run, runs: list[Run]) -> str:
     """The host session of one run among the store's runs."""
     return host_sessions([*runs, run] if run not in runs else runs)[run.run_id]
+
+
+def latest_per_session(runs: list[Run], sessions: dict[str, str],
+                       kind: str = "microbench") -> dict[tuple[str, str], Run]:
+    """(SKU, host session) → the latest run of ``kind`` there: the one rule for which kernel
+    microbenchmark a host session's cells take (another host's kernels are not its own)."""
+    ordered = sorted((r for r in runs if r.manifest["kind"] == kind
+                      and sessions.get(r.run_id) is not None),
+                     key=lambda r: r.manifest["started_at"])
+    return {(r.sku, sessions[r.run_id]): r for r in ordered}

@@ -6,13 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.derive.drafts import PREDICTORS, break_even, cost_split, draft_cells
+from specbench.derive.drafts import PREDICTORS, break_even, cost_split, draft_cells, table3
 from specbench.report.numbers import Numbers
+from specbench.report.plan.worksheet import (
+    DEMAND_TOKENS_PER_S,
+    ITL_SLO_MS,
+    PRICE_PER_REPLICA_HOUR,
+    draft_costs,
+)
 from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape_of
 
 __all__ = ["numbers", "cell_table", "predictor_errors", "break_even_table", "parity",
-           "split_table"]
+           "split_table", "measured_table3", "cost_table"]
 
 NAMES = {"extended": "the model extended (held-out in-engine c)",
          "leviathan": "Leviathan with the draft-alone c",
@@ -53,6 +59,24 @@ def break_even_table(root=DEFAULT_ROOT) -> pd.DataFrame:
                  "break_even_engine": "break-even α, in-engine c + v",
                  "alpha_min": "measured α, lowest", "alpha_max": "measured α, highest",
                  "faster": "cells faster"})
+
+
+def measured_table3(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """The worksheet's Table 3 at k = 4 and batch 1 with the measured costs, α as a column."""
+    return table3(root).reset_index()
+
+
+def cost_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per depth and batch (workloads pooled by their median): the cheapest drafted γ's cost
+    per million tokens against the target alone's, and how many cases meet the SLO."""
+    costs = draft_costs(root)
+    grouped = costs.groupby(["depth", "batch"])
+    return pd.DataFrame({
+        "target alone USD/M": grouped["off_usd"].median(),
+        "best draft USD/M": grouped["draft_usd"].median(),
+        "draft's change %": grouped["change_pct"].median(),
+        "SLO met, alone": grouped["off_meets_slo"].sum().astype(int),
+        "SLO met, draft": grouped["draft_meets_slo"].sum().astype(int)}).reset_index()
 
 
 def split_table(root=DEFAULT_ROOT) -> pd.DataFrame:
@@ -97,6 +121,22 @@ def _cost_findings(n: Numbers, cells: pd.DataFrame, root) -> None:
               f"step and {r.per_token:.2f} per drafted token, "
               f"{'below' if r.per_token < r.c_leviathan else 'above'} the draft alone's "
               f"{r.c_leviathan:.2f}" for r in b1.itertuples()) or "No depth was measured at two γ")
+
+
+def _price_findings(n: Numbers, root) -> None:
+    """Whether a draft cuts the cost per million tokens, at the planning chapter's
+    assumptions (price, SLO, demand)."""
+    costs = draft_costs(root)
+    cheaper = int((costs["change_pct"] < 0).sum())
+    n.add(price_per_replica_hour=PRICE_PER_REPLICA_HOUR, itl_slo_ms=ITL_SLO_MS,
+          demand_tokens_per_s=DEMAND_TOKENS_PER_S, price_cases=len(costs),
+          price_sentence=(
+              f"the best draft costs less per million tokens than the target alone in "
+              f"{'none' if cheaper == 0 else cheaper} of the {len(costs)} depth × workload × "
+              f"batch cases (median change {costs['change_pct'].median():+.0f} %)"),
+          slo_sentence=(
+              f"the target alone meets the SLO in {int(costs['off_meets_slo'].sum())} of them "
+              f"and a draft in {int(costs['draft_meets_slo'].sum())}"))
 
 
 def _prediction_findings(n: Numbers, root) -> None:
@@ -145,4 +185,5 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     _cost_findings(n, cells, root)
     _prediction_findings(n, root)
     _break_even_findings(n, root)
+    _price_findings(n, root)
     return n

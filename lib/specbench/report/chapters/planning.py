@@ -6,7 +6,10 @@ import pandas as pd
 
 from specbench.report.numbers import Numbers
 from specbench.report.plan import (
+    DEMAND_TOKENS_PER_S,
+    ITL_SLO_MS,
     NEAR_BEST_PCT,
+    PRICE_PER_REPLICA_HOUR,
     break_even_table,
     hypothetical_draft_kv,
     input_table,
@@ -276,8 +279,9 @@ def recommendation_summary(plans: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["sku", "workload", "batch"])
 
 
-def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = 1.0,
-            itl_slo_ms: float = 40.0, demand_tokens_per_s: float = 500.0) -> Numbers:
+def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = PRICE_PER_REPLICA_HOUR,
+            itl_slo_ms: float = ITL_SLO_MS,
+            demand_tokens_per_s: float = DEMAND_TOKENS_PER_S) -> Numbers:
     """The planning chapter's named numbers, computed wording and tables, with the run ids.
 
     The price, SLO and demand are the chapter's stated assumptions, not measurements.

@@ -127,12 +127,11 @@ def _session_verify(root) -> dict[str, pd.DataFrame]:
     """Per run id, the verify-step table of the latest kernel microbenchmark of its SKU on its
     host session (another host's kernels are not this one's); runs without one are absent.
     Read once per store: the planner asks for every workload × batch of every SKU."""
-    from specbench.store.hosts import host_sessions
+    from specbench.store.hosts import host_sessions, latest_per_session
     from specbench.store.runs import load_runs
     every = load_runs(root)
     sessions = host_sessions(every)
-    latest = {(r.sku, sessions[r.run_id]): r for r in every   # oldest first
-              if r.manifest["kind"] == "microbench"}
+    latest = latest_per_session(every, sessions)
     return {r.run_id: latest[(r.sku, sessions[r.run_id])].table("verify.csv") for r in every
             if (r.sku, sessions[r.run_id]) in latest}
 

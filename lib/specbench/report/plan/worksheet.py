@@ -9,16 +9,21 @@ from specbench.report.plan.acceptance import counter_rows, per_position_acceptan
 from specbench.report.plan.from_runs import latest_sweeps, ok_cells
 from specbench.report.plan.gamma import model_inputs
 from specbench.report.plan.negative import rep_intervals
-from specbench.store.runs import DEFAULT_ROOT, Run
+from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory import economics
 from specbench.theory._validate import check
+from specbench.theory.errors import percent_change
 from specbench.theory.roofline import ModelShape
 
-__all__ = ["break_even_table", "priced", "priced_decisions", "kv_bytes_per_token",
-           "hypothetical_draft_kv"]
+__all__ = ["break_even_table", "priced", "priced_decisions", "draft_costs",
+           "kv_bytes_per_token", "hypothetical_draft_kv", "PRICE_PER_REPLICA_HOUR",
+           "ITL_SLO_MS", "DEMAND_TOKENS_PER_S"]
 
-
-
+# The worksheet's illustrative assumptions — not measurements, not quoted from anywhere —
+# stated once for every chapter that prices a replica.
+PRICE_PER_REPLICA_HOUR = 1.0     # USD per replica-hour
+ITL_SLO_MS = 40.0                # per output token, met by the slowest repetition's median
+DEMAND_TOKENS_PER_S = 500.0      # output tokens per second the fleet serves
 
 # -- economics on measured data ------------------------------------------------------------
 
@@ -72,7 +77,7 @@ def break_even_table(root=DEFAULT_ROOT, headline_cells: pd.DataFrame | None = No
 
 
 def priced(price_per_replica_hour: float, itl_slo_ms: float, demand_tokens_per_s: float,
-           root=DEFAULT_ROOT) -> pd.DataFrame:
+           root=DEFAULT_ROOT, runs: list[Run] | None = None) -> pd.DataFrame:
     """Cost per million SLO-qualified accepted tokens, whole replicas, per measured cell.
 
     A replica is one engine as measured (one SKU, one batch size). Its decode throughput is
@@ -80,13 +85,15 @@ def priced(price_per_replica_hour: float, itl_slo_ms: float, demand_tokens_per_s
     (rejected drafts emit nothing), prefill excluded as in the manifests. A cell meets the SLO
     when the slowest repetition's median per-token latency is within ``itl_slo_ms``; a cell
     that misses it qualifies no tokens and gets no price. Replicas = ceil(demand / throughput),
-    all paid for, serving exactly the demand.
+    all paid for, serving exactly the demand. ``usd_per_million_any`` is that price whether or
+    not the SLO is met (what the fleet would cost at a looser SLO). ``runs``: these runs
+    instead of each SKU's latest sweep (a draft sweep's, say).
     """
     for name, value in [("price_per_replica_hour", price_per_replica_hour),
                         ("itl_slo_ms", itl_slo_ms), ("demand_tokens_per_s", demand_tokens_per_s)]:
         check(name, value, low=0, low_open=True)
     rows = []
-    for run in latest_sweeps(root):
+    for run in latest_sweeps(root) if runs is None else runs:
         intervals = rep_intervals(run)
         for _, c in ok_cells(run).iterrows():
             key = (c["workload"], int(c["gamma"]), int(c["batch"]), "spec")
@@ -94,16 +101,16 @@ def priced(price_per_replica_hour: float, itl_slo_ms: float, demand_tokens_per_s
                 else float(c["pot_ms"])
             tokens_per_s = int(c["batch"]) * 1000.0 / float(c["pot_ms"])
             meets = slowest <= itl_slo_ms
-            replicas = cost = np.nan
-            if meets:
-                replicas, cost = economics.cost_per_million(
-                    1, price_per_replica_hour, tokens_per_s, demand_tokens_per_s,
-                    demand_tokens_per_s)
+            fleet, any_cost = economics.cost_per_million(
+                1, price_per_replica_hour, tokens_per_s, demand_tokens_per_s,
+                demand_tokens_per_s)
+            replicas, cost = (fleet, any_cost) if meets else (np.nan, np.nan)
             rows.append({"run_id": run.run_id, "sku": run.sku, "workload": c["workload"],
                          "batch": int(c["batch"]), "gamma": int(c["gamma"]),
                          "pot_ms": float(c["pot_ms"]), "slowest_rep_pot_ms": slowest,
                          "tokens_per_s": tokens_per_s, "meets_slo": meets,
-                         "replicas": replicas, "usd_per_million": cost})
+                         "replicas": replicas, "usd_per_million": cost,
+                         "usd_per_million_any": any_cost})
     return pd.DataFrame(rows)
 
 
@@ -126,6 +133,36 @@ def priced_decisions(price: pd.DataFrame) -> pd.DataFrame:
     for column in ("γ=0 replicas", "cheapest γ", "replicas"):
         out[column] = out[column].astype("Int64")   # whole numbers; <NA> where none qualifies
     return out
+
+
+def draft_costs(root=DEFAULT_ROOT, price_per_replica_hour: float = PRICE_PER_REPLICA_HOUR,
+                itl_slo_ms: float = ITL_SLO_MS,
+                demand_tokens_per_s: float = DEMAND_TOKENS_PER_S) -> pd.DataFrame:
+    """Per draft sweep, depth, workload and batch: the target alone (its paired γ=0 arm) priced
+    as :func:`priced` prices a sweep's cells, beside the cheapest drafted γ; ``change_pct`` is
+    the draft's cost per million tokens over the target alone's, SLO aside (negative: the draft
+    cuts cost), and each side's SLO verdict."""
+    runs = [r for r in load_runs(root, kind="draft-sweep")
+            if r.manifest["grid"].get("draft_depth") is not None]
+    price = priced(price_per_replica_hour, itl_slo_ms, demand_tokens_per_s, root, runs)
+    if price.empty:
+        return pd.DataFrame()
+    depth = {r.run_id: int(r.manifest["grid"]["draft_depth"]) for r in runs}
+    rows = []
+    for (run_id, w, b), g in price.groupby(["run_id", "workload", "batch"], sort=False):
+        off, drafted = g[g["gamma"] == 0], g[g["gamma"] > 0]
+        if off.empty or drafted.empty:
+            continue
+        off, best = off.iloc[0], drafted.loc[drafted["usd_per_million_any"].idxmin()]
+        rows.append({"run_id": run_id, "sku": off["sku"], "depth": depth[run_id],
+                     "workload": w, "batch": int(b), "gamma": int(best["gamma"]),
+                     "off_usd": off["usd_per_million_any"],
+                     "draft_usd": best["usd_per_million_any"],
+                     "change_pct": percent_change(best["usd_per_million_any"],
+                                                  off["usd_per_million_any"]),
+                     "off_meets_slo": bool(off["meets_slo"]),
+                     "draft_meets_slo": bool(drafted["meets_slo"].any())})
+    return pd.DataFrame(rows)
 
 
 def kv_bytes_per_token(shape: ModelShape) -> float:
