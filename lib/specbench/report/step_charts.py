@@ -25,8 +25,10 @@ def fixed_share(shares: pd.DataFrame) -> alt.Chart:
         tooltip=["session", "rows", "gamma", "tokens_held",
                  alt.Tooltip("t_step_ms:Q", format=".1f"),
                  alt.Tooltip("fixed_share:Q", format=".2f")])
-    return alt.layer(half, lines).properties(width=300, height=220).facet(
-        column=alt.Column("session:N", title="host session"), data=shares)
+    # Panels wrap three to a row, so the store's growing list of host sessions still fits the
+    # page's 752-px text column.
+    return alt.layer(half, lines).properties(width=180, height=200).facet(
+        facet=alt.Facet("session:N", title="host session"), columns=3, data=shares)
 
 
 def step_errors(steps: pd.DataFrame) -> alt.Chart:
