@@ -3,7 +3,6 @@ error and the break-even α, read from :mod:`specbench.derive.drafts` (nothing h
 or fits)."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from specbench.derive.drafts import PREDICTORS, break_even, cost_split, draft_cells, table3
@@ -135,8 +134,8 @@ def _price_findings(n: Numbers, root) -> None:
               f"{'none' if cheaper == 0 else cheaper} of the {len(costs)} depth × workload × "
               f"batch cases (median change {costs['change_pct'].median():+.0f} %)"),
           slo_sentence=(
-              f"the target alone meets the SLO in {int(costs['off_meets_slo'].sum())} of them "
-              f"and a draft in {int(costs['draft_meets_slo'].sum())}"))
+              f"the target alone meets it in {int(costs['off_meets_slo'].sum())} of those cases "
+              f"and some drafted γ in {int(costs['draft_meets_slo'].sum())}"))
 
 
 def _prediction_findings(n: Numbers, root) -> None:
@@ -146,25 +145,29 @@ def _prediction_findings(n: Numbers, root) -> None:
 
 
 def _break_even_findings(n: Numbers, root) -> None:
-    """Where measured cells straddle a break-even α, whether the prediction lies between
-    them; where none does, how far the measured α is from it (γ = the smallest measured)."""
+    """Per depth over every host session (γ = the smallest measured, batch 1): where the
+    measured per-position α straddles the break-even α, whether it lies between them; where it
+    does not, how far it is (a range where sessions differ, so the sentence does not grow)."""
     table = break_even(root)
     line = table[(table["gamma"] == table["gamma"].min()) & (table["batch"] == 1)]
     words = []
-    for row in line.itertuples():
-        threshold = row.break_even_engine
-        where = f"depth {row.depth}"
-        if np.isnan(threshold):
+    for depth, g in line.groupby("depth"):
+        even = g["break_even_engine"].dropna()
+        where = f"depth {depth}"
+        if even.empty:
             words.append(f"{where}: no α breaks even")
-        elif row.alpha_max < threshold:
-            words.append(f"{where}: break-even α {threshold:.2f}, measured at most "
-                         f"{row.alpha_max:.2f}")
-        elif row.alpha_min > threshold:
-            words.append(f"{where}: break-even α {threshold:.2f}, measured at least "
-                         f"{row.alpha_min:.2f}")
+            continue
+        low, high = float(even.min()), float(even.max())
+        threshold = f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}"
+        if g["alpha_max"].max() < low:
+            words.append(f"{where}: break-even α {threshold}, measured at most "
+                         f"{g['alpha_max'].max():.2f}")
+        elif g["alpha_min"].min() > high:
+            words.append(f"{where}: break-even α {threshold}, measured at least "
+                         f"{g['alpha_min'].min():.2f}")
         else:
-            words.append(f"{where}: break-even α {threshold:.2f} inside the measured "
-                         f"{row.alpha_min:.2f}–{row.alpha_max:.2f}")
+            words.append(f"{where}: break-even α {threshold} inside the measured "
+                         f"{g['alpha_min'].min():.2f}–{g['alpha_max'].max():.2f}")
     n.add(break_even_sentence="; ".join(words))
 
 
