@@ -55,10 +55,11 @@ def _microbench(path: Path | None, calibration: Run) -> Run | None:
             raise ValueError(f"{path / 'manifest.json'}: field sku is {run.sku!r}, the "
                              f"calibration's is {calibration.sku!r}")
         return run
-    boot = (calibration.manifest.get("host") or {}).get("boot_id")
-    found = [r for r in load_runs(calibration.path.parent.parent, kind="microbench")
-             if r.sku == calibration.sku and (r.manifest.get("host") or {}).get("boot_id") == boot]
-    return found[-1] if found else None
+    from specbench.store.hosts import host_sessions, latest_per_session
+    micro = load_runs(calibration.path.parent.parent, kind="microbench")
+    sessions = host_sessions([*micro, calibration])
+    return latest_per_session(micro, sessions).get((calibration.sku,
+                                                    sessions[calibration.run_id]))
 
 
 def _inputs(args):
@@ -211,9 +212,9 @@ def _drafts(calibration: Run) -> list[dict]:
     """The draft models this host's draft sweeps measured, as candidates beside n-gram
     (:mod:`specbench.report.plan.drafts`), each with the speculative config to paste."""
     from specbench.report.plan.drafts import draft_candidates, speculative_config
-    from specbench.store.hosts import host_sessions
+    from specbench.store.hosts import host_session_of
     root = calibration.path.parent.parent
-    session = host_sessions(load_runs(root)).get(calibration.run_id)
+    session = host_session_of(calibration, load_runs(root, kind="draft-sweep"))
     rows = draft_candidates(calibration.sku, session, root).to_dict(orient="records")
     return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
             | {"speculative_config": (speculative_config(row["draft_path"], row["gamma"])

@@ -36,8 +36,8 @@ def _this_host(cells: pd.DataFrame, sku: str, session: str | None) -> tuple[pd.D
     mine = cells[cells["sku"] == sku]
     if session is not None and (mine["host_session"] == session).any():
         return mine[mine["host_session"] == session], "this host session"
-    latest = mine["host_session"].iloc[-1] if len(mine) else None
-    return mine[mine["host_session"] == latest], "another session of this CPU"
+    return mine[mine["host_session"] == mine["host_session"].iloc[-1]], \
+        "another session of this CPU"
 
 
 def _row(group: pd.DataFrame, even: pd.DataFrame) -> dict:
@@ -73,5 +73,5 @@ def draft_candidates(sku: str, session: str | None, root=DEFAULT_ROOT) -> pd.Dat
 
 
 def _path(group: pd.DataFrame) -> str | None:
-    paths = group["draft_path"].dropna() if "draft_path" in group else pd.Series(dtype=object)
+    paths = group["draft_path"].dropna()
     return str(paths.iloc[-1]) if len(paths) else None
