@@ -11,6 +11,12 @@
 # the plan's configuration beside fixed γ 2, 4, 6 and speculation off, LEVELS concurrencies,
 # COUNT requests per level. The serving run's manifest keeps the plan as it was before the load.
 #
+# The plan prices each step of its load prediction from the servers' own steps: before planning,
+# a short serving probe (its own serving run: speculation off and the largest γ, at the lowest
+# and highest level, PROBE_COUNT prompts of PROBE_CATEGORY, never the held-out CATEGORY) records
+# what a step costs where the API server, the benchmark client and the engine share the cores.
+# PROBE=off prices from the `make book` sweep's offline steps instead.
+#
 # Killed or interrupted? Run it again with the same settings: it resumes the serving run it
 # started (see below) and measures only the levels that run lacks.
 set -euo pipefail
@@ -39,6 +45,30 @@ if [ -s "$record" ] && $py -c "$still_running" "$(cat "$record")/manifest.json" 
 fi
 args=(--calibration "$calibration" --workload-file "$prompts" --prompts "${PLAN_PROMPTS:-20}")
 [ "$microbench" != - ] && args+=(--microbench "$microbench")
+if [ "${PROBE:-on}" != off ]; then
+    probe_category=${PROBE_CATEGORY:-summarization}
+    if [ "$probe_category" = "$category" ]; then
+        echo "PROBE_CATEGORY is the held-out CATEGORY ($category): the probe must not see the" \
+             "prompts the plan is checked on; choose another" >&2
+        exit 2
+    fi
+    probe_levels="${levels%%,*},${levels##*,}"
+    probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $probe_levels"
+    probe_record=$folder/probe-run-$(printf '%s' "$probe_inputs" | sha256sum | cut -c1-16)
+    complete='import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "complete")'
+    if [ -s "$probe_record" ] && $py -c "$complete" "$(cat "$probe_record")/manifest.json" 2>/dev/null; then
+        echo "step-cost probe: $(cat "$probe_record") (measured already)"
+    elif [ -s "$probe_record" ] && $py -c "$still_running" "$(cat "$probe_record")/manifest.json" 2>/dev/null; then
+        $py -m specbench.cli.main serve-bench --resume "$(cat "$probe_record")"
+    else
+        SPECBENCH_RUN_RECORD=$probe_record $py -m specbench.cli.main serve-bench \
+            --workloads "$probe_category" --gammas 0,6 \
+            --concurrencies "$probe_levels" --request-rates '' \
+            --num-prompts "${PROBE_COUNT:-16}" --output-len 64 \
+            --notes "step-cost probe for plan-under-load: the servers' own steps price the plan's load prediction"
+    fi
+    args+=(--step-probe "$(cat "$probe_record")")
+fi
 # The plan, with its load prediction through vLLM's scheduler, is sealed before the load: the
 # serving run's manifest keeps it as it was (a resumed run serves the plan it recorded).
 plan=$folder/plan.json

@@ -223,7 +223,7 @@ def test_a_rerun_of_plan_under_load_resumes_its_incomplete_serving_run(tmp_path)
     fake.chmod(0o755)
     env = {**os.environ, "SPECBENCH_PYTHON": str(fake), "FAKE_LOG": str(log),
            "FAKE_STORE": str(store), "REAL_PYTHON": sys.executable, "LEVELS": "1,2",
-           "PLAN_UNDER_LOAD_DIR": str(tmp_path / "work")}
+           "PLAN_UNDER_LOAD_DIR": str(tmp_path / "work"), "PROBE": "off"}
 
     def script(**extra):
         return subprocess.run([str(ROOT / "scripts" / "plan_under_load.sh")],
@@ -242,3 +242,29 @@ def test_a_rerun_of_plan_under_load_resumes_its_incomplete_serving_run(tmp_path)
     assert script().returncode == 137                     # complete: a new run, not a resume
     assert len(list(store.iterdir())) == 3
     assert sum(c.startswith(PLAN_COMMAND) for c in log.read_text().splitlines()) == 3
+
+
+def test_the_step_cost_probe_is_served_once_resumed_if_killed_and_prices_the_plan(tmp_path):
+    fake, log, store = tmp_path / "python", tmp_path / "log", tmp_path / "store"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {**os.environ, "SPECBENCH_PYTHON": str(fake), "FAKE_LOG": str(log),
+           "FAKE_STORE": str(store), "REAL_PYTHON": sys.executable, "LEVELS": "1,2,4",
+           "PLAN_UNDER_LOAD_DIR": str(tmp_path / "work"), "CATEGORY": "qa"}
+
+    def script(**extra):
+        return subprocess.run([str(ROOT / "scripts" / "plan_under_load.sh")],
+                              env={**env, **extra}, capture_output=True, text=True, timeout=60)
+
+    def calls():
+        return log.read_text().splitlines()
+
+    assert script().returncode == 137                     # killed in the probe
+    (probe,) = store.iterdir()
+    assert "--workloads summarization --gammas 0,6 --concurrencies 1,4" in calls()[-1]
+    assert script().returncode == 137                     # probe resumed, then the load killed
+    assert f"serve-bench --resume {probe}" in "\n".join(calls())
+    (plan,) = [c for c in calls() if c.startswith(PLAN_COMMAND)]
+    assert plan.endswith(f"--step-probe {probe} --load-levels 1,2,4 --json")
+    assert len(list(store.iterdir())) == 2
+    assert script(CATEGORY="summarization").returncode == 2      # the probe never sees them

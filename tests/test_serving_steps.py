@@ -81,3 +81,44 @@ def test_a_run_without_records_has_no_compositions(run):
 def test_file_prefix_names_the_plan_apart():
     assert serving_steps.arm_file_prefix(6, True) == "arm-6-plan"
     assert serving_steps.arm_file_prefix(0, False) == "arm-0"
+
+
+# -- the servers' own steps price a load prediction (make plan-under-load's probe) -----------
+
+def _recorded_serving_run():
+    for manifest in sorted(RUNS.glob("*/serving-*/manifest.json"), reverse=True):
+        if (manifest.parent / "step_records").is_dir():
+            return open_run(manifest.parent)
+    pytest.skip(f"no serving run with step records under {RUNS}")
+
+
+def test_a_serving_run_prices_a_step_from_its_servers_own_steps():
+    from specbench.measure.load_prediction import server_step_cost
+    run = _recorded_serving_run()
+    cost = server_step_cost(run)
+    assert cost.source == "server" and cost.record()["source"] == "server"
+    table = serving_steps.level_compositions(run)
+    alone = table[(table["arm"] == "off") & (table["concurrency"] == 1)].iloc[0]
+    # one row, no drafts: the fixed term is the step, to the host's noise
+    assert cost.model.coef["s0"] * 1e3 == pytest.approx(alone["step_ms"], rel=0.15)
+    assert 0 <= cost.gap_s < 0.01
+
+
+def test_a_probe_that_is_not_a_recorded_serving_run_is_one_line_naming_it(run, tmp_path):
+    from specbench.measure.load_prediction import server_step_cost
+    shutil.rmtree(run.path / "step_records")
+    with pytest.raises(ValueError, match="step_records: the serving run kept no step records"):
+        server_step_cost(run)
+    sweep = open_run(next(iter(sorted(RUNS.glob("*/sweep-*/manifest.json")))).parent)
+    with pytest.raises(ValueError, match="manifest.json: field kind: 'sweep'"):
+        server_step_cost(sweep)
+
+
+def test_a_probe_from_another_host_session_is_refused():
+    from specbench.cli.plan_prompts import _probe_cost
+    probe = _recorded_serving_run()
+    other = [m.parent for m in sorted(RUNS.glob("*/sweep-*/manifest.json"))
+             if open_run(m.parent).manifest.get("host", {}).get("boot_id")
+             != probe.manifest.get("host", {}).get("boot_id")]
+    with pytest.raises(ValueError, match="field host is host session"):
+        _probe_cost(probe.path, open_run(other[-1]))

@@ -139,6 +139,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "skips): "
                           "every prompt of the file is one request per level, as "
                           "`make plan-under-load` serves them")
+    own.add_argument("--step-probe", metavar="SERVING_RUN",
+                     type=cliargs.run_folder_of("serving"),
+                     help="a short serving run on this host (same boot) whose servers "
+                          "recorded their steps: the load prediction prices each step from "
+                          "them, not from the calibration's offline steps (`make "
+                          "plan-under-load` serves one before it plans)")
     own.add_argument("--no-dynamic-probe", dest="dynamic_probe", action="store_false",
                      help="skip the check that this engine honours vLLM's batch-size schedule")
 

@@ -85,7 +85,14 @@ def _step_cost(args, calibration):
     default levels are skipped with a note, so an older calibration still plans its batches."""
     from specbench.measure.load_prediction import DEFAULT_LOAD_LEVELS, step_cost
     if args.load_levels == ():
+        if getattr(args, "step_probe", None) is not None:
+            raise ValueError("argument --step-probe: it prices the load prediction, which "
+                             "--load-levels '' skips")
         return None
+    if getattr(args, "step_probe", None) is not None:
+        cost = _probe_cost(args.step_probe, calibration)
+        args.load_levels = args.load_levels or DEFAULT_LOAD_LEVELS
+        return cost
     try:
         cost = step_cost(calibration)
     except ValueError as exc:
@@ -98,6 +105,21 @@ def _step_cost(args, calibration):
     if args.load_levels is None:
         args.load_levels = DEFAULT_LOAD_LEVELS
     return cost
+
+
+def _probe_cost(path: Path, calibration: Run):
+    """The step cost of a serving probe of the calibration's host session (ValueError: one
+    line naming the file and field)."""
+    from specbench.measure.load_prediction import server_step_cost
+    from specbench.store.hosts import host_sessions
+    probe = open_run(path)
+    sessions = host_sessions([calibration, probe])
+    if sessions[probe.run_id] != sessions[calibration.run_id]:
+        raise ValueError(f"{path / 'manifest.json'}: field host is host session "
+                         f"{sessions[probe.run_id]!r}, the calibration's is "
+                         f"{sessions[calibration.run_id]!r}: a step cost holds for the machine "
+                         "and boot that measured it")
+    return server_step_cost(probe)
 
 
 def run(args, p: argparse.ArgumentParser) -> int:

@@ -5,6 +5,12 @@ Each arm's server records its steps into the run (``step_records/arm-<γ>[-plan]
 monotonic clock (the part's ``monotonic_ns``). A step belongs to the level whose window
 holds its start, on its arm's file; the warmup and the gaps between levels belong to none.
 Serving runs measured before step records have none: :func:`level_compositions` is empty.
+
+:func:`fit_server` fits the step-time model (:mod:`specbench.theory.step_time`) to those steps:
+what a step costs on the server itself, where the API server, the benchmark client and the
+engine share the host's cores. `make plan-under-load` prices its load prediction so, from a
+short serving probe on other prompts before the sealed plan (the sweep's offline steps grew
+2.6 ms per row where the servers' grew 0.4, and sat 10–20 % above them).
 """
 from __future__ import annotations
 
@@ -14,8 +20,9 @@ import pandas as pd
 from specbench.derive.steps import STEP_RECORDS
 from specbench.store.runs import Run
 from specbench.store.step_records import read_step_records
+from specbench.theory.step_time import StepTimeModel, admit_terms, fit_step_time
 
-__all__ = ["arm_file_prefix", "level_steps", "level_compositions"]
+__all__ = ["arm_file_prefix", "level_steps", "level_compositions", "fit_server"]
 
 
 def arm_file_prefix(gamma: int, planned: bool) -> str:
@@ -45,6 +52,29 @@ def level_steps(run: Run) -> pd.DataFrame:
                            & (steps["t_start_ns"] <= w.end_ns)]
             frames.append(inside.assign(arm=w.arm, concurrency=w.concurrency))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _level_gaps_ns(steps: pd.DataFrame) -> np.ndarray:
+    """Every gap between two consecutive steps of one server at one level."""
+    gaps = []
+    for _, group in steps.groupby(["arm", "concurrency"]):
+        group = group.sort_values("t_start_ns")
+        gaps.append(group["t_start_ns"].to_numpy()[1:] - group["t_end_ns"].to_numpy()[:-1])
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def fit_server(run: Run) -> tuple[StepTimeModel, float] | None:
+    """The step-time model of every step inside the run's levels (every server; its terms
+    admitted as for a sweep's calibration) and the median gap between two steps of one level in
+    seconds; None for a run without step records inside its levels."""
+    steps = level_steps(run)
+    if steps.empty:
+        return None
+    steps = steps.assign(duration_s=steps["duration_ns"] / 1e9)
+    model = fit_step_time(steps, admit_terms(steps)[0])
+    gaps = _level_gaps_ns(steps)
+    gaps = gaps[gaps >= 0]
+    return model, float(np.median(gaps)) / 1e9 if len(gaps) else 0.0
 
 
 def level_compositions(run: Run) -> pd.DataFrame:

@@ -6,9 +6,12 @@ level, :func:`specbench.engine.scheduler_sim.simulate_closed_loop` drives vLLM's
 the serving run's engine arguments and the operator's requests: their prompt lengths, and the
 acceptance the plan's untimed pass read from the counters on those prompts (request i lends the
 pass's prompt i, cycling where the load sends more prompts than the pass decoded). Every step is
-then charged the step-time model's time (:mod:`specbench.theory.step_time`, fitted on this
-host's `make book` calibration: :func:`specbench.derive.step_fits.fit_run`) plus the
-calibration's median gap between two steps of one call (the engine loop's own work). A
+then charged the step-time model's time (:mod:`specbench.theory.step_time`) plus the median
+gap between two steps (the engine loop's own work), both from one of two sources on this host:
+a short **serving probe** — a serving run on other prompts whose servers recorded their steps
+(:func:`specbench.derive.serving_steps.fit_server`), what `make plan-under-load` uses — or,
+without one, the `make book` **sweep**'s offline steps
+(:func:`specbench.derive.step_fits.fit_run`; its median gap between two steps of one call). A
 request's time per output token is (its finish − its first token) / (output tokens − 1), as
 vLLM's benchmark client computes it; each level's median over requests is the prediction.
 
@@ -40,6 +43,7 @@ from specbench.derive.engine_agreement import (
     base_over_speculative_pct,
     plain_steps,
 )
+from specbench.derive.serving_steps import fit_server
 from specbench.derive.step_fits import fit_run
 from specbench.derive.steps import step_table
 from specbench.engine import scheduler_sim
@@ -50,6 +54,7 @@ from specbench.theory.gamma_rule import recommend
 from specbench.theory.step_time import StepTimeModel, design
 
 __all__ = ["DEFAULT_LOAD_LEVELS", "DRAWS", "INTERVAL", "StepCost", "step_cost",
+           "server_step_cost",
            "draft_profiles", "level_times", "schedule_from_running", "predict_load",
            "arm_name", "static_gamma"]
 
@@ -65,6 +70,7 @@ class StepCost:
     model: StepTimeModel
     gap_s: float
     calibration: str
+    source: str = "sweep"          # "sweep" (offline steps) or "server" (a serving probe)
 
     def seconds(self, steps: pd.DataFrame, coef: np.ndarray | None = None) -> np.ndarray:
         vector = self.vector() if coef is None else coef
@@ -80,8 +86,24 @@ class StepCost:
         return self.vector() + rng.standard_normal(len(names)) * se
 
     def record(self) -> dict:
-        return {"calibration": self.calibration, "terms": list(self.model.terms),
-                "coef": dict(self.model.coef), "gap_s": self.gap_s}
+        return {"calibration": self.calibration, "source": self.source,
+                "terms": list(self.model.terms), "coef": dict(self.model.coef),
+                "gap_s": self.gap_s}
+
+
+def server_step_cost(probe: Run) -> StepCost:
+    """The step-time model of a serving run's own steps inside its levels and their median
+    gap. ValueError (one line) for a run that is not a serving run or kept no step records."""
+    if probe.manifest.get("kind") != "serving":
+        raise ValueError(f"{probe.path / 'manifest.json'}: field kind: "
+                         f"{probe.manifest.get('kind')!r}, not a serving run; a step-cost "
+                         "probe is a `specbench serve-bench` run")
+    fitted = fit_server(probe)
+    if fitted is None:
+        raise ValueError(f"{probe.path / 'step_records'}: the serving run kept no step records "
+                         "inside its levels, so its servers' steps price nothing; serve again")
+    model, gap_s = fitted
+    return StepCost(model, gap_s, probe.run_id, source="server")
 
 
 def step_cost(calibration: Run) -> StepCost:
@@ -265,8 +287,10 @@ def predict_load(model: str, dtype: str, settings: dict, rows: pd.DataFrame,
     return {"levels": [int(c) for c in levels], "requests": len(prompt_tokens),
             "output_len": int(output_len), "step_model": cost.record(), "draws": draws,
             "basis": ("vLLM's v1 scheduler driven in-process with the server's engine "
-                      "arguments; each step's time from this host's step-time model; "
-                      "acceptance from the plan's pass over the operator's prompts"),
+                      "arguments; each step's time from this host's step-time model, fitted "
+                      + ("to a serving probe's server steps" if cost.source == "server"
+                         else "to the make book sweep's steps")
+                      + "; acceptance from the plan's pass over the operator's prompts"),
             "arms": arms, "crossover": crossover, "schedule_from": best,
             "batch_schedule": schedule}
 

@@ -234,6 +234,7 @@ def load_numbers(root=DEFAULT_ROOT) -> Numbers:
         return _no_load_numbers(root)
     table, totals, cross = _scored(run)
     values = {"ld_run": run.run_id, "ld_basis": run.manifest["plan"]["load"].get("basis", ""),
+              "ld_priced_by": _priced_by(run.manifest["plan"]["load"]),
               "ld_n": totals["n"], "ld_within": totals["n_within_goal"],
               "ld_not_held": totals["n_not_held"], "ld_inside": totals["n_inside"],
               "ld_err_median_pct": totals["median_pct"], "ld_err_worst_pct": totals["worst_pct"],
@@ -268,16 +269,22 @@ def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFra
     fared (median and worst absolute error, levels within the goal, the crossover).
     ``scored``: :func:`_scored` results the caller has already, by run id."""
     scored = scored or {}
-    started = {r.run_id: r.manifest["started_at"] for r in load_runs(root, kind="sweep")}
+    started = {r.run_id: r.manifest["started_at"]
+               for r in [*load_runs(root, kind="sweep"), *load_runs(root, kind="serving")]}
     rows = []
     for run in load_runs(root, kind="serving"):
         if not under_load.has_load_prediction(run):
             continue
-        calibration = run.manifest["plan"]["calibration"]["sweep"]
-        age = (_hours_between(started[calibration], run.manifest["started_at"])
-               if calibration in started else math.nan)
+        load = run.manifest["plan"]["load"]
+        source = load.get("step_model", {}).get("source", "sweep")
+        priced = (load["step_model"]["calibration"] if source == "server"
+                  else run.manifest["plan"]["calibration"]["sweep"])
+        age = (_hours_between(started[priced], run.manifest["started_at"])
+               if priced in started else math.nan)
         _, totals, cross = scored.get(run.run_id) or _scored(run)
-        rows.append({"run": run.run_id, "host": run.sku, "calibration age (h)": age,
+        rows.append({"run": run.run_id, "host": run.sku,
+                     "step costs from": (f"{'serving probe' if source == 'server' else 'sweep'}"
+                                         f", {age:.1f} h before"),
                      "median |error| %": totals["median_pct"],
                      "worst |error| %": totals["worst_pct"],
                      f"server × level within {under_load.LOAD_GOAL_PCT:g} %":
@@ -333,9 +340,18 @@ def _no_load_numbers(root) -> Numbers:
     return Numbers(values=values, runs=[], tables={})
 
 
+def _priced_by(load: dict) -> str:
+    """Where the prediction's step costs came from: a serving probe's server steps (`make
+    plan-under-load` since it serves one) or the `make book` sweep's offline steps."""
+    if load.get("step_model", {}).get("source") == "server":
+        return "with each step priced from the servers' own steps in a short serving probe"
+    return "with each step priced from the `make book` sweep's offline steps"
+
+
 def _load_finding(v: dict) -> str:
     """The paragraph's finding: how far the prediction erred, and where the crossover fell."""
-    return (f"Driven through vLLM's own scheduler, the plan predicted each server's median "
+    return (f"Driven through vLLM's own scheduler {v['ld_priced_by']}, the plan predicted each "
+            f"server's median "
             f"time per output token with a median error of {v['ld_err_median_pct']:.1f} % and "
             f"a worst of {v['ld_err_worst_pct']:.1f} % ({v['ld_worst_arm']} at concurrency "
             f"{v['ld_worst_level']}); {v['ld_within']} of {v['ld_n']} server × level "
@@ -381,8 +397,9 @@ def _load_captions(v: dict, present: bool) -> dict:
             "band is a level the scheduler-driven prediction missed."),
         "ld_runs_caption": (
             "Table — every serving run whose plan predicted its servers under load, the latest "
-            "last: how old the `make book` calibration was when the load ran (its step times are "
-            "this host's then), and how far the prediction erred."),
+            "last: where its step costs came from (the `make book` sweep's offline steps, or "
+            "the servers' own steps in a short serving probe) and how long before the load they "
+            "were measured, and how far the prediction erred."),
         "ld_table_caption": (
             "Table — per server and load level, the predicted median time per output token "
             "(90 % interval) beside the measured one (95 % interval), the signed error, whether "
