@@ -64,7 +64,7 @@ if [ "${PROBE:-on}" != off ]; then
         SPECBENCH_RUN_RECORD=$probe_record $py -m specbench.cli.main serve-bench \
             --workloads "$probe_category" --gammas 0,6 \
             --concurrencies "$probe_levels" --request-rates '' \
-            --num-prompts "${PROBE_COUNT:-16}" --output-len 64 \
+            --num-prompts "${PROBE_COUNT:-16}" --output-len 64 --step-cost-probe \
             --notes "step-cost probe for plan-under-load: the servers' own steps price the plan's load prediction"
     fi
     args+=(--step-probe "$(cat "$probe_record")")

@@ -122,3 +122,21 @@ def test_a_probe_from_another_host_session_is_refused():
              != probe.manifest.get("host", {}).get("boot_id")]
     with pytest.raises(ValueError, match="field host is host session"):
         _probe_cost(probe.path, open_run(other[-1]))
+
+
+def test_the_serving_chapter_never_reads_a_step_cost_probe(tmp_path):
+    from specbench.report.serving import latest_run
+    plain = [m.parent for m in sorted(RUNS.glob("*/serving-*/manifest.json"))
+             if not json.loads(m.read_text()).get("plan")]
+    if not plain:
+        pytest.skip(f"no serving run without a plan under {RUNS}")
+    source = plain[-1]
+    store = tmp_path / "runs" / source.parent.name
+    older, probe = store / source.name, store / f"{source.name}-probe"
+    for folder, started, flag in ((older, "2026-01-01T00:00:00+00:00", False),
+                                  (probe, "2026-01-02T00:00:00+00:00", True)):
+        shutil.copytree(source, folder, ignore=shutil.ignore_patterns("step_records"))
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest.update(started_at=started, step_cost_probe=flag)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert latest_run(tmp_path / "runs").path == older

@@ -39,7 +39,8 @@ RESUME_CONFLICTS = ["--model", "--engine", "--gammas", "--batches", "--workloads
 SERVE_RESUME_CONFLICTS = ["--model", "--gammas", "--workloads", "--concurrencies",
                           "--request-rates", "--num-prompts", "--output-len", "--slo-ttft-ms",
                           "--slo-tpot-ms", "--dataset", "--price-per-replica-hour",
-                          "--demand-tokens-per-s", "--dtype", "--root", "--notes", "--plan"]
+                          "--demand-tokens-per-s", "--dtype", "--root", "--notes", "--plan",
+                          "--step-cost-probe"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -205,6 +206,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the JSON of `specbench plan --calibration RUN --workload-file FILE "
                         "--json`: its configuration is measured as one more server (arm "
                         "'plan') beside the fixed γ, under the same load")
+    p.add_argument("--step-cost-probe", action="store_true",
+                   help="mark the run as a step-cost probe: its servers' step records price "
+                        "`specbench plan --step-probe`'s load prediction, and the serving "
+                        "chapter does not read it")
     p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("serving"),
                    help="finish an interrupted serving run in place: its load and plan as "
                         "recorded, only the levels it lacks (no other load flags with it)")
@@ -222,7 +227,8 @@ def serving_config_from_args(args):
     return ServingConfig(model=args.model, gammas=args.gammas, load=load, dtype=args.dtype,
                          root=args.root, price_per_replica_hour=args.price_per_replica_hour,
                          demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes,
-                         plan=load_plan(args.plan) if args.plan else None)
+                         plan=load_plan(args.plan) if args.plan else None,
+                         step_cost_probe=args.step_cost_probe)
 
 
 def _measure(parser, cfg, measure) -> None:

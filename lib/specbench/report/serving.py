@@ -16,10 +16,11 @@ __all__ = ["latest_run", "itl_goodput_table", "sweep_comparison", "tpot_table"]
 
 def latest_run(root=None) -> Run:
     """The most recent complete serving run in the store that checks no plan (a plan's check,
-    ``serve-bench --plan``, is the planning chapter's)."""
+    ``serve-bench --plan``, is the planning chapter's) and is no step-cost probe (one that
+    priced a plan's load prediction)."""
     from specbench.store.runs import DEFAULT_ROOT, load_runs
     runs = [r for r in load_runs(root or DEFAULT_ROOT, kind="serving")
-            if not r.manifest.get("plan")]
+            if not r.manifest.get("plan") and not r.manifest.get("step_cost_probe")]
     if not runs:
         raise FileNotFoundError(f"no complete serving run under {root or DEFAULT_ROOT}/ — run "
                                 "`make serving`")

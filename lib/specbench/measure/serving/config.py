@@ -213,6 +213,9 @@ class ServingConfig:
     demand_tokens_per_s: float = 1000.0    # peak output-token demand the fleet must serve
     ready_timeout_s: float = 300.0
     notes: str = ""
+    # A short run whose servers' step records price a plan's load prediction (`make
+    # plan-under-load`'s probe): recorded in the manifest, so the serving chapter skips it.
+    step_cost_probe: bool = False
     # The operator's plan (`specbench plan … --json`, read by load_plan): measured as one more
     # arm beside the fixed γ, so its regret is read under the same load.
     plan: dict | None = None
@@ -242,7 +245,8 @@ class ServingConfig:
                 dataset_path=dataset, warmup_prompts=load["warmup_prompts"], seed=load["seed"]),
             dtype=manifest["dtype"], price_per_replica_hour=economics["price_per_replica_hour_usd"],
             demand_tokens_per_s=economics["demand_tokens_per_s"],
-            notes=manifest.get("notes", ""), plan=manifest.get("plan"))
+            notes=manifest.get("notes", ""), plan=manifest.get("plan"),
+            step_cost_probe=bool(manifest.get("step_cost_probe", False)))
 
     def validate(self) -> dict[str, list[int]]:
         if not self.gammas or 0 not in self.gammas:

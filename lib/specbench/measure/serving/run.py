@@ -178,6 +178,7 @@ def _manifest(cfg: ServingConfig, model: str, ids: dict[str, list[int]]) -> dict
                       "demand_tokens_per_s": cfg.demand_tokens_per_s,
                       "note": "parameters, not measurements; whole replicas"},
         "notes": cfg.notes,
+        "step_cost_probe": cfg.step_cost_probe,
     }
 
 
