@@ -15,7 +15,7 @@ from specbench.derive.analysis import run_cells
 from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
-from specbench.theory.errors import percent_error
+from specbench.theory.errors import percent_change, percent_error
 
 __all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS", "latest_load_check",
            "load_numbers", "fig_load", "load_table"]
@@ -116,6 +116,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_goodput_regret_median_pct": 100 * float(table["plan_goodput_regret"].median()),
         "pl_host": (calibration.manifest.get("host") or {}).get("host_id", "?"),
     }
+    values["pl_twin"] = _twin_sentence(arm, m["grid"]["arms"], latencies)
     shown = _regret_by_level(table)
     versus = under_load.predicted_vs_measured(run)
     values.update(_prediction_numbers(versus))
@@ -123,6 +124,31 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
                    tables={"regret_by_level": shown, "latencies": latencies,
                            "latency_table": _latency_table(latencies), "regrets": table,
                            "predicted_vs_measured": _versus_table(versus)})
+
+
+def _served_gamma(arm: dict) -> int | None:
+    """The one γ an arm serves at every batch size, or None where it varies with the batch."""
+    gammas = {int(g) for *_, g in arm["schedule"]} if arm["schedule"] else {int(arm["gamma"])}
+    return gammas.pop() if len(gammas) == 1 else None
+
+
+def _twin_sentence(plan_arm: dict, arms: list[dict], latencies: pd.DataFrame) -> str:
+    """Where the plan served the configuration of a fixed arm (one γ at every batch), how far
+    the two servers' measured medians lie apart: the host's own repeatability, which bounds
+    how finely a regret or a prediction of one server can be judged. Empty otherwise."""
+    gamma = _served_gamma(plan_arm)
+    twin = next((a for a in arms if a["name"] != "plan" and not a["schedule"]
+                 and int(a["gamma"]) == gamma), None) if gamma is not None else None
+    if twin is None:
+        return ""
+    medians = latencies.pivot_table(index="concurrency", columns="arm", values="tpot_ms")
+    apart = percent_change(medians["plan"], medians[twin["name"]]).abs()
+    return (f"The plan's server ran the same configuration as the {twin['name']} server "
+            f"({'speculation off' if gamma == 0 else f'γ={gamma}'} at every batch), yet "
+            f"their measured medians lie up to {apart.max():.1f} % apart (concurrency "
+            f"{int(apart.idxmax())}; median over levels {apart.median():.1f} %): two "
+            "servers of one configuration on this host differ that much, so a regret or a "
+            "prediction error of that size is within the host's own noise.")
 
 
 def _regret_by_level(table: pd.DataFrame) -> pd.DataFrame:
