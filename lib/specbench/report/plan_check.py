@@ -146,9 +146,9 @@ def _twin_sentence(plan_arm: dict, arms: list[dict], latencies: pd.DataFrame) ->
     return (f"The plan's server ran the same configuration as the {twin['name']} server "
             f"({'speculation off' if gamma == 0 else f'γ={gamma}'} at every batch), yet "
             f"their measured medians lie up to {apart.max():.1f} % apart (concurrency "
-            f"{int(apart.idxmax())}; median over levels {apart.median():.1f} %): two "
-            "servers of one configuration on this host differ that much, so a regret or a "
-            "prediction error of that size is within the host's own noise.")
+            f"{int(apart.idxmax())}; median over levels {apart.median():.1f} %). Two servers "
+            "of one configuration differ that much on this host, so a regret or a prediction "
+            "error of that size is within its own noise.")
 
 
 def _regret_by_level(table: pd.DataFrame) -> pd.DataFrame:
