@@ -12,9 +12,11 @@
 # COUNT requests per level. The serving run's manifest keeps the plan as it was before the load.
 #
 # The plan prices each step of its load prediction from the servers' own steps: before planning,
-# a short serving probe (its own serving run: speculation off and the largest γ, at the lowest
-# and highest level, PROBE_COUNT prompts of PROBE_CATEGORY, never the held-out CATEGORY) records
-# what a step costs where the API server, the benchmark client and the engine share the cores.
+# a short serving probe (its own serving run: speculation off and the largest γ at every level,
+# PROBE_COUNT prompts of PROBE_CATEGORY, never the held-out CATEGORY) records what a step costs
+# where the API server, the benchmark client and the engine share the cores. PROBE_CATEGORY is by
+# default the other category whose prompts are nearest in length, so the probe's steps read the
+# contexts the held-out prompts will; every level, so rows and context vary apart.
 # PROBE=off prices from the `make book` sweep's offline steps instead.
 #
 # Killed or interrupted? Run it again with the same settings: it resumes the serving run it
@@ -46,13 +48,14 @@ fi
 args=(--calibration "$calibration" --workload-file "$prompts" --prompts "${PLAN_PROMPTS:-20}")
 [ "$microbench" != - ] && args+=(--microbench "$microbench")
 if [ "${PROBE:-on}" != off ]; then
-    probe_category=${PROBE_CATEGORY:-summarization}
+    probe_category=${PROBE_CATEGORY:-$($py -m specbench.cli.main spec-bench-prompts "$category" \
+        --nearest-in-length)}
     if [ "$probe_category" = "$category" ]; then
         echo "PROBE_CATEGORY is the held-out CATEGORY ($category): the probe must not see the" \
              "prompts the plan is checked on; choose another" >&2
         exit 2
     fi
-    probe_levels="${levels%%,*},${levels##*,}"
+    probe_levels=$levels
     probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $probe_levels"
     probe_record=$folder/probe-run-$(printf '%s' "$probe_inputs" | sha256sum | cut -c1-16)
     complete='import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "complete")'

@@ -203,7 +203,7 @@ FAKE_PYTHON = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 case "$1 ${3:-}" in
   "scripts/host_calibration.py "*) echo "/store/cpu-x/sweep-1 - float32" ;;
-  "-m spec-bench-prompts") ;;
+  "-m spec-bench-prompts") if [[ "$*" == *--nearest-in-length* ]]; then echo translation; fi ;;
   "-m plan") echo '{"static_gamma": 2}' ;;
   "-m serve-bench")
     if [ "$4" != --resume ]; then
@@ -261,10 +261,10 @@ def test_the_step_cost_probe_is_served_once_resumed_if_killed_and_prices_the_pla
 
     assert script().returncode == 137                     # killed in the probe
     (probe,) = store.iterdir()
-    assert "--workloads summarization --gammas 0,6 --concurrencies 1,4" in calls()[-1]
+    assert "--workloads translation --gammas 0,6 --concurrencies 1,2,4" in calls()[-1]
     assert script().returncode == 137                     # probe resumed, then the load killed
     assert f"serve-bench --resume {probe}" in "\n".join(calls())
     (plan,) = [c for c in calls() if c.startswith(PLAN_COMMAND)]
     assert plan.endswith(f"--step-probe {probe} --load-levels 1,2,4 --json")
     assert len(list(store.iterdir())) == 2
-    assert script(CATEGORY="summarization").returncode == 2      # the probe never sees them
+    assert script(CATEGORY="summarization", PROBE_CATEGORY="summarization").returncode == 2

@@ -66,6 +66,13 @@ def test_the_real_file_has_six_categories_of_eighty():
 
 
 @needs_file
+def test_the_probe_category_is_the_other_one_nearest_in_prompt_length():
+    assert spec_bench.nearest_in_length("rag") == "summarization"      # articles, both
+    assert spec_bench.nearest_in_length("summarization") == "rag"
+    assert spec_bench.nearest_in_length("qa") not in ("qa", "rag", "summarization")
+
+
+@needs_file
 @pytest.mark.data   # reads every tracked file, runs/ included
 def test_no_spec_bench_prompt_text_is_tracked():
     """Runs record question ids and hashes; the prompt texts never enter the repository."""

@@ -25,11 +25,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "is not one a sweep measured (10)")
     p.add_argument("--spec-bench", default=None, help="question.jsonl (default: "
                    "$SPECBENCH_SPEC_BENCH, else ../shared/data/spec_bench/question.jsonl)")
-    p.add_argument("--out", required=True, help="the JSONL to write")
+    p.add_argument("--out", help="the JSONL to write (required unless --nearest-in-length)")
+    p.add_argument("--nearest-in-length", action="store_true",
+                   help="print the other category whose prompts are nearest in length (what "
+                        "make plan-under-load's step-cost probe serves) and write nothing")
 
 
 def run(args, p: argparse.ArgumentParser) -> int:
-    from specbench.measure.workloads.spec_bench import write_prompt_file
+    from specbench.measure.workloads.spec_bench import nearest_in_length, write_prompt_file
+    if args.nearest_in_length:
+        try:
+            print(nearest_in_length(args.category, args.spec_bench))
+        except (ValueError, FileNotFoundError, OSError) as exc:
+            p.error(str(exc))
+        return 0
+    if not args.out:
+        p.error("--out is required (the JSONL to write)")
     try:
         ids = write_prompt_file(args.category, args.count, args.out, args.skip,
                                 args.spec_bench)

@@ -295,8 +295,8 @@ def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFra
     fared (median and worst absolute error, levels within the goal, the crossover).
     ``scored``: :func:`_scored` results the caller has already, by run id."""
     scored = scored or {}
-    started = {r.run_id: r.manifest["started_at"]
-               for r in [*load_runs(root, kind="sweep"), *load_runs(root, kind="serving")]}
+    runs = {r.run_id: r for r in [*load_runs(root, kind="sweep"),
+                                  *load_runs(root, kind="serving")]}
     rows = []
     for run in load_runs(root, kind="serving"):
         if not under_load.has_load_prediction(run):
@@ -305,12 +305,12 @@ def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFra
         source = load.get("step_model", {}).get("source", "sweep")
         priced = (load["step_model"]["calibration"] if source == "server"
                   else run.manifest["plan"]["calibration"]["sweep"])
-        age = (_hours_between(started[priced], run.manifest["started_at"])
-               if priced in started else math.nan)
+        age = (_hours_between(runs[priced].manifest["started_at"], run.manifest["started_at"])
+               if priced in runs else math.nan)
         _, totals, cross = scored.get(run.run_id) or _scored(run)
         rows.append({"run": run.run_id, "host": run.sku,
-                     "step costs from": (f"{'serving probe' if source == 'server' else 'sweep'}"
-                                         f", {age:.1f} h before"),
+                     "step costs from": f"{_pricing_run(runs.get(priced), source)}, "
+                                        f"{age:.1f} h before",
                      "median |error| %": totals["median_pct"],
                      "worst |error| %": totals["worst_pct"],
                      f"server × level within {under_load.LOAD_GOAL_PCT:g} %":
@@ -318,6 +318,14 @@ def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFra
                      "crossover": _crossover_verdict(cross)})
     # 7 columns, as the page shows them; the calibration's run id is in the run's manifest.
     return pd.DataFrame(rows)
+
+
+def _pricing_run(priced: Run | None, source: str) -> str:
+    """'sweep', or 'serving probe (its categories)' for a probe in the store."""
+    if source != "server":
+        return "sweep"
+    workloads = priced.manifest.get("grid", {}).get("workloads", []) if priced else []
+    return f"serving probe ({', '.join(workloads)})" if workloads else "serving probe"
 
 
 def _hours_between(earlier: str, later: str) -> float:

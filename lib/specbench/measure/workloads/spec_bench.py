@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import statistics
 from itertools import chain, zip_longest
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from specbench.measure.workloads.operator_file import json_lines
 from specbench.measure.workloads.builtin import Request
 
 __all__ = ["CATEGORIES", "SpecBenchSource", "default_path", "read_questions",
-           "write_prompt_file"]
+           "write_prompt_file", "nearest_in_length"]
 
 MULTI_TURN = "multi-turn"
 CATEGORIES = (MULTI_TURN, "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -127,3 +129,17 @@ def write_prompt_file(category: str, count: int, out: str | Path, skip: int = 0,
             f.write(json.dumps({"prompt": r["turns"][0], "question_id": r["question_id"],
                                 "category": category}) + "\n")
     return [r["question_id"] for r in rows]
+
+
+def nearest_in_length(category: str, path: str | Path | None = None) -> str:
+    """The other category whose prompts are nearest in length to ``category``'s (median first
+    turn, in characters, compared on a log scale). A serving probe that prices a step must see
+    the contexts the operator's prompts will hold: a step's cost grows with the context it
+    reads, and a fit on 3,000-character articles extrapolates badly to 50-character questions."""
+    def median_length(name: str) -> float:
+        rows = SpecBenchSource(name, path)._category_rows()
+        return statistics.median(len(r["turns"][0]) for r in rows)
+
+    own = math.log(median_length(category))
+    others = [c for c in CATEGORIES if c != category]
+    return min(others, key=lambda c: abs(math.log(median_length(c)) - own))
