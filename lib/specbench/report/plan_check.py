@@ -88,8 +88,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_pass_prompts": int(plan["pass"]["prompts"]),
         "pl_pass_s": float(plan["pass"]["command_s"]),
         "pl_requests": int(m["load"]["num_prompts"]),
-        "pl_levels": ", ".join(str(c) for c in cross["levels"][:-1]) + f" and "
-                     f"{cross['levels'][-1]}",
+        "pl_levels": _and_list([str(c) for c in cross["levels"]]),
         "pl_arm": _arm_phrase(arm["gamma"], arm["schedule"]),
         "pl_regret_median_pct": 100 * totals["plan_median"],
         "pl_regret_worst_pct": 100 * totals["plan_worst"],
@@ -126,29 +125,40 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
                            "predicted_vs_measured": _versus_table(versus)})
 
 
-def _served_gamma(arm: dict) -> int | None:
-    """The one γ an arm serves at every batch size, or None where it varies with the batch."""
-    gammas = {int(g) for *_, g in arm["schedule"]} if arm["schedule"] else {int(arm["gamma"])}
+def _served_gamma(arm: dict, concurrency: int) -> int | None:
+    """The one γ an arm serves at every batch a level of this concurrency can run (1 to the
+    concurrency), or None where it varies with the batch there."""
+    gammas = ({int(g) for lo, _, g in arm["schedule"] if lo <= concurrency}
+              if arm["schedule"] else {int(arm["gamma"])})
     return gammas.pop() if len(gammas) == 1 else None
 
 
 def _twin_sentence(plan_arm: dict, arms: list[dict], latencies: pd.DataFrame) -> str:
-    """Where the plan served the configuration of a fixed arm (one γ at every batch), how far
-    the two servers' measured medians lie apart: the host's own repeatability, which bounds
-    how finely a regret or a prediction of one server can be judged. Empty otherwise."""
-    gamma = _served_gamma(plan_arm)
-    twin = next((a for a in arms if a["name"] != "plan" and not a["schedule"]
-                 and int(a["gamma"]) == gamma), None) if gamma is not None else None
-    if twin is None:
-        return ""
+    """Where, at a level, the plan served the configuration of a fixed arm (one γ at every
+    batch the level can run), how far the two servers' measured medians lie apart: the host's
+    own repeatability, which bounds how finely a regret or a prediction of one server can be
+    judged. Empty where no level has such a twin."""
+    fixed = {int(a["gamma"]): a["name"] for a in arms if a["name"] != "plan" and not a["schedule"]}
     medians = latencies.pivot_table(index="concurrency", columns="arm", values="tpot_ms")
-    apart = percent_change(medians["plan"], medians[twin["name"]]).abs()
-    return (f"The plan's server ran the same configuration as the {twin['name']} server "
-            f"({'speculation off' if gamma == 0 else f'γ={gamma}'} at every batch), yet "
-            f"their measured medians lie up to {apart.max():.1f} % apart (concurrency "
-            f"{int(apart.idxmax())}; median over levels {apart.median():.1f} %). Two servers "
-            "of one configuration differ that much on this host, so a regret or a prediction "
-            "error of that size is within its own noise.")
+    twins = {int(c): fixed.get(_served_gamma(plan_arm, int(c))) for c in medians.index}
+    twins = {c: name for c, name in twins.items() if name is not None}
+    if not twins:
+        return ""
+    apart = pd.Series({c: abs(percent_change(medians.loc[c, "plan"], medians.loc[c, name]))
+                       for c, name in twins.items()})
+    names = sorted(set(twins.values()))
+    every = len(twins) == len(medians.index)
+    where = ("At every level" if every else
+             f"At concurrency {_and_list([str(c) for c in twins])}")
+    return (f"{where} the plan's server ran the configuration of the {' or '.join(names)} "
+            f"server (one γ at every batch it could run), yet their measured medians lie up to "
+            f"{apart.max():.1f} % apart (concurrency {int(apart.idxmax())}; median "
+            f"{apart.median():.1f} %). Two servers of one configuration differ that much on "
+            "this host, so a regret or a prediction error of that size is within its noise.")
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _regret_by_level(table: pd.DataFrame) -> pd.DataFrame:
