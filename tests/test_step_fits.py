@@ -59,3 +59,15 @@ def test_a_damaged_step_record_file_is_one_line_naming_it_and_exit_2(tmp_path):
     assert done.returncode == 2
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and damaged.name in err[0] and "line 4" in err[0]
+
+
+def test_the_step_error_figure_stays_below_altairs_row_limit_however_many_sessions():
+    import pandas as pd
+    from specbench.report.step_charts import MAX_POINTS, step_errors
+    steps = pd.DataFrame({"session": [f"boot-{k}" for k in range(6) for _ in range(3000)],
+                          "step_class": "pure decode", "duration_s": 0.03, "error_pct": 1.0,
+                          "rows": 1, "gamma": 0})
+    drawn = step_errors(steps).to_dict()["datasets"]
+    (points,) = drawn.values()
+    assert 0 < len(points) <= MAX_POINTS < 5000
+    assert {p["session"] for p in points} == set(steps["session"])

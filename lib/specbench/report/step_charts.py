@@ -7,8 +7,9 @@ import pandas as pd
 
 __all__ = ["fixed_share", "step_errors", "MAX_POINTS"]
 
-#: Points drawn per host session in the step-error figure.
-MAX_POINTS = 2000
+#: Points drawn in all in the step-error figure, shared equally by the host sessions (below
+#: altair's 5,000-row limit however many sessions the store holds).
+MAX_POINTS = 4000
 
 
 def fixed_share(shares: pd.DataFrame) -> alt.Chart:
@@ -36,10 +37,12 @@ def step_errors(steps: pd.DataFrame) -> alt.Chart:
     fitted on one run of the session predicting another."""
     data = steps.assign(duration_ms=1e3 * steps["duration_s"])[
         ["session", "step_class", "duration_ms", "error_pct", "rows", "gamma"]]
-    # At most MAX_POINTS a session, every k-th step in record order: a figure of thousands of
-    # points per session shows no more, and the page stays light (the table below counts all).
+    # At most MAX_POINTS in all, an equal share a session, every k-th step in record order: a
+    # figure of thousands of points per session shows no more, and the page stays light (the
+    # table below counts all).
+    share = max(1, MAX_POINTS // max(1, data["session"].nunique()))
     order = data.groupby("session").cumcount()
-    every = data.groupby("session")["session"].transform("size").floordiv(MAX_POINTS) + 1
+    every = data.groupby("session")["session"].transform("size").floordiv(share) + 1
     data = data[order % every == 0]
     return alt.Chart(data).mark_point(opacity=0.4, size=12).encode(
         x=alt.X("duration_ms:Q", title="measured step (ms)", scale=alt.Scale(type="log")),
