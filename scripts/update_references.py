@@ -29,20 +29,35 @@ def written_on() -> dict:
             "numpy": numpy.__version__}
 
 
-def main(names: list[str] | None = None) -> None:
-    """Every chapter, or only those named (``python scripts/update_references.py planning``)."""
+def raised(notebook) -> list[str]:
+    """One line per cell whose execution raised: a reference must never freeze an error."""
+    return [f"cell {number}: {output['ename']}: {output['evalue'].splitlines()[0]}"
+            for number, cell in enumerate(notebook.cells)
+            for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+
+
+def main(names: list[str] | None = None) -> int:
+    """Every chapter, or only those named (``python scripts/update_references.py planning``).
+    A chapter whose build raised in a cell is named and not written; the exit status is 1."""
     REFERENCES.mkdir(parents=True, exist_ok=True)
     patterns = sanitize_patterns()
     origin = written_on()
+    failed = 0
     for chapter in chapters():
         if names and chapter.stem not in names:
             continue
         target = REFERENCES / f"{chapter.stem}.ipynb"
         notebook = strip(executed(chapter), patterns)
+        if errors := raised(notebook):
+            print(f"{chapter.name}: not written, the build raised in "
+                  f"{'; '.join(errors)}", file=sys.stderr)
+            failed += 1
+            continue
         notebook.metadata["specbench"] = {"written_on": origin}
         nbformat.write(notebook, target)
         print("wrote", target.relative_to(ROOT))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -101,3 +101,17 @@ def test_no_reference_holds_an_error():
         for cell in nbformat.read(reference, 4).cells:
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
             assert not errors, f"{reference.name}: {errors[0]['ename']} in a cell's outputs"
+
+
+def test_the_reference_writer_names_a_cell_that_raised_and_does_not_freeze_it():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "update_references.py"
+    spec = importlib.util.spec_from_file_location("update_references", path)
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("chart()")])
+    assert writer.raised(notebook) == []
+    notebook.cells[0].outputs = [nbformat.v4.new_output(
+        "error", ename="MaxRowsError", evalue="5000 rows\nmore", traceback=[])]
+    assert writer.raised(notebook) == ["cell 0: MaxRowsError: 5000 rows"]
