@@ -55,8 +55,7 @@ if [ "${PROBE:-on}" != off ]; then
              "prompts the plan is checked on; choose another" >&2
         exit 2
     fi
-    probe_levels=$levels
-    probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $probe_levels"
+    probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $levels"
     probe_record=$folder/probe-run-$(printf '%s' "$probe_inputs" | sha256sum | cut -c1-16)
     complete='import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "complete")'
     if [ -s "$probe_record" ] && $py -c "$complete" "$(cat "$probe_record")/manifest.json" 2>/dev/null; then
@@ -66,7 +65,7 @@ if [ "${PROBE:-on}" != off ]; then
     else
         SPECBENCH_RUN_RECORD=$probe_record $py -m specbench.cli.main serve-bench \
             --workloads "$probe_category" --gammas 0,6 \
-            --concurrencies "$probe_levels" --request-rates '' \
+            --concurrencies "$levels" --request-rates '' \
             --num-prompts "${PROBE_COUNT:-16}" --output-len 64 --step-cost-probe \
             --notes "step-cost probe for plan-under-load: the servers' own steps price the plan's load prediction"
     fi

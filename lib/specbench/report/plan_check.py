@@ -15,6 +15,7 @@ from specbench.derive.analysis import run_cells
 from specbench.report.numbers import Numbers, sweep_run
 from specbench.report.plan import under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
+from specbench.report.wording import and_list
 from specbench.theory.errors import percent_change, percent_error
 
 __all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS", "latest_load_check",
@@ -88,7 +89,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_pass_prompts": int(plan["pass"]["prompts"]),
         "pl_pass_s": float(plan["pass"]["command_s"]),
         "pl_requests": int(m["load"]["num_prompts"]),
-        "pl_levels": _and_list([str(c) for c in cross["levels"]]),
+        "pl_levels": and_list([str(c) for c in cross["levels"]]),
         "pl_arm": _arm_phrase(arm["gamma"], arm["schedule"]),
         "pl_regret_median_pct": 100 * totals["plan_median"],
         "pl_regret_worst_pct": 100 * totals["plan_worst"],
@@ -149,16 +150,12 @@ def _twin_sentence(plan_arm: dict, arms: list[dict], latencies: pd.DataFrame) ->
     names = sorted(set(twins.values()))
     every = len(twins) == len(medians.index)
     where = ("At every level" if every else
-             f"At concurrency {_and_list([str(c) for c in twins])}")
+             f"At concurrency {and_list([str(c) for c in twins])}")
     return (f"{where} the plan's server ran the configuration of the {' or '.join(names)} "
             f"server (one γ at every batch it could run), yet their measured medians lie up to "
             f"{apart.max():.1f} % apart (concurrency {int(apart.idxmax())}; median "
             f"{apart.median():.1f} %). Two servers of one configuration differ that much on "
             "this host, so a regret or a prediction error of that size is within its noise.")
-
-
-def _and_list(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _regret_by_level(table: pd.DataFrame) -> pd.DataFrame:
@@ -305,10 +302,10 @@ def load_runs_table(root=DEFAULT_ROOT, scored: dict | None = None) -> pd.DataFra
     fared (median and worst absolute error, levels within the goal, the crossover).
     ``scored``: :func:`_scored` results the caller has already, by run id."""
     scored = scored or {}
-    runs = {r.run_id: r for r in [*load_runs(root, kind="sweep"),
-                                  *load_runs(root, kind="serving")]}
+    serving = load_runs(root, kind="serving")
+    runs = {r.run_id: r for r in [*load_runs(root, kind="sweep"), *serving]}
     rows = []
-    for run in load_runs(root, kind="serving"):
+    for run in serving:
         if not under_load.has_load_prediction(run):
             continue
         load = run.manifest["plan"]["load"]

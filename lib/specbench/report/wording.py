@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ClaimError", "claim", "across", "compare", "size_word", "regime", "spread_pct",
-           "SMALL_COST", "NOISE_FLOOR_PCT", "HOST_DOMINATED_SHARE", "MODEL_SIZE_INVARIANT_PCT",
-           "CLOSE_ERRORS_PCT", "paired_verdict"]
+__all__ = ["ClaimError", "claim", "across", "and_list", "compare", "size_word", "regime",
+           "spread_pct", "SMALL_COST", "NOISE_FLOOR_PCT", "HOST_DOMINATED_SHARE",
+           "MODEL_SIZE_INVARIANT_PCT", "CLOSE_ERRORS_PCT", "paired_verdict"]
 
 # Thresholds, stated once. Each is a judgement, written here so a reader can disagree with it
 # in one place and see every sentence that depends on it change.
@@ -70,6 +70,11 @@ def across(holds: dict[str, bool]) -> str:
     if not yes:
         return "on no SKU" if len(holds) > 1 else f"not on {no[0]}"
     return f"on {len(yes)} of {len(holds)} SKUs (not on {', '.join(no)})"
+
+
+def and_list(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def spread_pct(low: float, high: float, centre: float) -> float:

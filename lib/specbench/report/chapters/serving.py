@@ -8,7 +8,7 @@ from specbench.derive.noise import MAX_FOREIGN_CORES
 from specbench.report.numbers import Numbers
 from specbench.report.serving import sweep_comparison
 from specbench.report.serving_economics import serving_tables
-from specbench.report.wording import claim
+from specbench.report.wording import and_list, claim
 from specbench.store.runs import Run
 from specbench.theory.errors import percent_change
 from specbench.theory.slo import GPU_SLO
@@ -17,10 +17,6 @@ __all__ = ["numbers"]
 
 #: Tokens per second a reader reads, roughly (200–300 words a minute, ~1.3 tokens a word).
 READING_TOKENS_PER_S = (3.0, 10.0)
-
-
-def _join(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
@@ -38,7 +34,7 @@ def numbers(run: Run, sweep_cells: pd.DataFrame | None = None) -> Numbers:
          "max_concurrency": int(closed["concurrency"].max()),
          "request_rates": ", ".join(f"{r:g}" for r in m["grid"]["request_rates"]) or "none",
          "gammas": ", ".join(str(g) for g in m["grid"]["gammas"]),
-         "workloads": _join([f"'{w}'" for w in m["grid"]["workloads"]]),
+         "workloads": and_list([f"'{w}'" for w in m["grid"]["workloads"]]),
          "n_levels": len(levels), "n_requests": int(levels["completed"].sum()),
          "failed": int(levels["failed"].sum()),
          "dataset_sha": (m["dataset"]["spec_bench_sha256"] or "")[:12],
