@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 JB    := $(VENV)/bin/jupyter-book
 
-.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host measure-drafts overhead serving plan-under-load book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
+.PHONY: test-engine test-slow-rest help setup measure host-floor measure-acceptance measure-sampling measure-transformers measure-sealed measure-new-sku measure-host measure-drafts serving-drafts overhead serving plan-under-load book book-from-runs test test-fast test-book test-data gpu-sweep references clean-book
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -102,6 +102,9 @@ measure-host: setup  ## after make book: sealed Spec-Bench speedups from this ho
 # 'draft-sweep' runs, apart from the n-gram sweeps). DEPTHS, PROMPTS, REPS.
 measure-drafts: setup  ## draft-model sweeps of two depths and each draft alone (draft-sweep runs)
 	scripts/measure_drafts.sh
+
+serving-drafts: setup  ## after make measure-drafts: off, n-gram and the better draft under load (a draft-serving run)
+	scripts/serving_drafts.sh
 
 overhead: setup  ## benchmark the harness's own counter reads (a new 'overhead' run)
 	$(PY) -m specbench.cli.main overhead

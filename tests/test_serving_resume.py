@@ -56,6 +56,9 @@ class _Server:
     def leftover_pids(self):
         return []
 
+    def kv_cache(self):
+        return {"tokens": 93184, "bytes": 2147483648, "bytes_per_token": 2147483648 / 93184}
+
 
 class _Bench:
     """measure_level's stand-in: deterministic rows with what JSON must carry unchanged (numpy

@@ -22,8 +22,15 @@ DESCRIPTION = ("Cut the first K decoder layers (with the final norm, the tied em
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--depth", type=cliargs.positive_int, action="append", required=True,
-                        help="decoder layers the draft keeps (repeat for several drafts)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--depth", type=cliargs.positive_int, action="append",
+                       help="decoder layers the draft keeps (repeat for several drafts)")
+    which.add_argument("--best", action="store_true",
+                       help="print 'DEPTH GAMMA' of the measured draft configuration with the "
+                            "highest median speedup in the store's draft sweeps (what `make "
+                            "serving-drafts` serves), and build nothing")
+    parser.add_argument("--root", type=cliargs.existing_dir, default=None,
+                        help="the run store --best reads (default: runs/)")
     parser.add_argument("--model", type=cliargs.model_ref, default=None,
                         help="the target checkpoint folder (default: the embedded model)")
     parser.add_argument("--gamma", type=cliargs.positive_int, default=2,
@@ -31,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args, parser: argparse.ArgumentParser) -> int:
+    if args.best:
+        return _best(args, parser)
     from specbench.engine.assets import build_embedded_model
     from specbench.engine.drafts import DraftError, build_draft
 
@@ -43,4 +52,17 @@ def run(args, parser: argparse.ArgumentParser) -> int:
         config = {"method": "draft_model", "model": str(folder),
                   "num_speculative_tokens": args.gamma}
         print(f"{folder}\t--speculative-config '{json.dumps(config)}'")
+    return 0
+
+
+def _best(args, parser: argparse.ArgumentParser) -> int:
+    from specbench.derive.drafts import best_draft
+    from specbench.store.runs import DEFAULT_ROOT
+
+    root = args.root or DEFAULT_ROOT
+    best = best_draft(root)
+    if best is None:
+        parser.exit(2, f"{parser.prog}: error: {root}: no draft-sweep run to choose from; run "
+                       "`make measure-drafts` first\n")
+    print(*best)
     return 0

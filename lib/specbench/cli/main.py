@@ -40,7 +40,7 @@ SERVE_RESUME_CONFLICTS = ["--model", "--gammas", "--workloads", "--concurrencies
                           "--request-rates", "--num-prompts", "--output-len", "--slo-ttft-ms",
                           "--slo-tpot-ms", "--dataset", "--price-per-replica-hour",
                           "--demand-tokens-per-s", "--dtype", "--root", "--notes", "--plan",
-                          "--step-cost-probe"]
+                          "--step-cost-probe", "--drafts"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -176,6 +176,22 @@ def _rates(text: str) -> tuple[float, ...]:
             f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _draft_arms(text: str) -> tuple[tuple[int, int], ...]:
+    """Comma-separated DEPTH:GAMMA pairs (a draft model's arms); an empty string means none."""
+    arms = []
+    for item in (t for t in text.split(",") if t.strip()) if text else ():
+        depth, sep, gamma = item.partition(":")
+        try:
+            pair = (int(depth), int(gamma))
+        except ValueError:
+            pair = None
+        if not sep or pair is None or pair[0] < 1 or pair[1] < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected DEPTH:GAMMA pairs of whole numbers >= 1 (e.g. 4:2), got {item!r}")
+        arms.append(pair)
+    return tuple(arms)
+
+
 def _serve_args(p: argparse.ArgumentParser) -> None:
     from specbench.measure.serving import DEFAULT_DATASET, default_slo
     slo = default_slo()
@@ -210,7 +226,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="mark the run as a step-cost probe: its servers' step records price "
                         "`specbench plan --step-probe`'s load prediction, and the serving "
                         "chapter does not read it")
-    p.add_argument("--resume", metavar="RUN_DIR", type=cliargs.run_folder_of("serving"),
+    p.add_argument("--drafts", metavar="DEPTH:GAMMA[,…]", type=_draft_arms, default=(),
+                   help="one more server per pair, drafting GAMMA tokens with the model's "
+                        "first DEPTH layers (vLLM's draft_model proposer; the draft is built "
+                        "once, `specbench draft`); the run is a 'draft-serving' run, apart "
+                        "from the n-gram serving runs")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   type=cliargs.run_folder_of("serving", "draft-serving"),
                    help="finish an interrupted serving run in place: its load and plan as "
                         "recorded, only the levels it lacks (no other load flags with it)")
 
@@ -228,7 +250,7 @@ def serving_config_from_args(args):
                          root=args.root, price_per_replica_hour=args.price_per_replica_hour,
                          demand_tokens_per_s=args.demand_tokens_per_s, notes=args.notes,
                          plan=load_plan(args.plan) if args.plan else None,
-                         step_cost_probe=args.step_cost_probe)
+                         step_cost_probe=args.step_cost_probe, drafts=args.drafts)
 
 
 def _measure(parser, cfg, measure) -> None:

@@ -25,7 +25,7 @@ from specbench.theory.draft_cost import (
 from specbench.theory.economics import TABLE3_ALPHAS, break_even_alpha, net_speedup
 from specbench.theory.errors import percent_error
 
-__all__ = ["draft_cells", "break_even", "cost_split", "table3", "PREDICTORS"]
+__all__ = ["draft_cells", "break_even", "cost_split", "table3", "best_draft", "PREDICTORS"]
 
 #: The speedup predictors the chapter compares, column → what it is.
 PREDICTORS = {
@@ -198,3 +198,15 @@ def table3(root=DEFAULT_ROOT, k: int = 4, batch: int = 1) -> pd.DataFrame:
         columns[f"depth {int(depth)} (c {c:.2f})"] = [net_speedup(a, k, c, v)
                                                      for a in TABLE3_ALPHAS]
     return pd.DataFrame(columns, index=pd.Index(TABLE3_ALPHAS, name="α"))
+
+
+def best_draft(root=DEFAULT_ROOT) -> tuple[int, int] | None:
+    """(depth, γ) of the draft configuration with the highest median measured speedup over
+    every draft cell the store holds (all host sessions, batches and workloads); None without
+    draft cells. What `make serving-drafts` serves as 'the better draft'."""
+    cells = draft_cells(root)
+    if cells.empty:
+        return None
+    medians = cells.groupby(["depth", "gamma"])["speedup"].median()
+    depth, gamma = medians.idxmax()
+    return int(depth), int(gamma)

@@ -25,8 +25,11 @@ from specbench.theory.step_time import StepTimeModel, admit_terms, fit_step_time
 __all__ = ["arm_file_prefix", "level_steps", "level_compositions", "fit_server"]
 
 
-def arm_file_prefix(gamma: int, planned: bool) -> str:
-    """The step-record file name an arm's server writes (before ``-<pid>.jsonl``)."""
+def arm_file_prefix(gamma: int, planned: bool, draft_depth: int | None = None) -> str:
+    """The step-record file name an arm's server writes (before ``-<pid>.jsonl``); a draft
+    model's arm names its depth (``arm-draft-k4-2``), apart from n-gram's arm of that γ."""
+    if draft_depth is not None and draft_depth == draft_depth:   # NaN: an n-gram row
+        return f"arm-draft-k{int(draft_depth)}-{int(gamma)}"
     return f"arm-{int(gamma)}{'-plan' if planned else ''}"
 
 
@@ -36,7 +39,8 @@ def _windows(run: Run) -> pd.DataFrame:
         window = part.get("monotonic_ns")
         if window and part.get("mode") == "concurrency":
             rows.append({"arm": part["arm"], "concurrency": int(part["level"]),
-                         "prefix": arm_file_prefix(part["row"]["gamma"], part["arm"] == "plan"),
+                         "prefix": arm_file_prefix(part["row"]["gamma"], part["arm"] == "plan",
+                                                   part["row"].get("draft_depth")),
                          "start_ns": window[0], "end_ns": window[1]})
     return pd.DataFrame(rows, columns=["arm", "concurrency", "prefix", "start_ns", "end_ns"])
 

@@ -54,7 +54,7 @@ MANIFEST_SCHEMA = {
         "run_id": {"type": "string", "minLength": 1},
         "kind": {"enum": ["sweep", "hostfloor", "overhead", "microbench", "lossless",
                           "selftest", "gpucheck", "serving", "prediction",
-                          "draft-sweep"]},
+                          "draft-sweep", "draft-serving"]},
         "sku": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "status": {"enum": ["running", "complete"]},
         "started_at": {"type": "string"},

@@ -17,7 +17,7 @@ from specbench.theory.slo import CPU_SLO, GPU_SLO, SLO
 
 __all__ = ["LOOPBACK", "DEFAULT_DATASET", "PERCENTILES", "METRICS", "SLO", "CPU_SLO", "GPU_SLO",
            "default_slo", "LoadError", "spec_bench_categories", "LoadDefinition", "ServingConfig",
-           "Arm", "plan_arm", "load_plan", "arm_from_serve_command", "FILE_PREFIX",
+           "Arm", "draft_arm", "plan_arm", "load_plan", "arm_from_serve_command", "FILE_PREFIX",
            "workload_file"]
 
 LOOPBACK = "127.0.0.1"
@@ -140,14 +140,27 @@ def workload_file(workload: str) -> Path | None:
 class Arm:
     """One server configuration under load: a fixed γ (0 is speculation off), or the plan's
     configuration (a static γ, or vLLM's batch-size schedule of γ where the plan gave one and
-    this engine build honours it)."""
+    this engine build honours it). An arm with a ``draft_depth`` drafts with the model's
+    first K layers (vLLM's ``draft_model`` proposer, :mod:`specbench.engine.drafts`) instead of
+    n-gram lookup."""
     name: str
     gamma: int
     schedule: tuple[tuple[int, int, int], ...] | None = None
+    draft_depth: int | None = None
 
     @property
     def planned(self) -> bool:
         return self.name == "plan"
+
+    @property
+    def configuration(self) -> tuple:
+        """What a server for this arm serves: two arms of one configuration are one server."""
+        return (self.gamma, self.schedule, self.draft_depth)
+
+
+def draft_arm(depth: int, gamma: int) -> Arm:
+    """The arm drafting ``gamma`` tokens with the depth-``depth`` draft."""
+    return Arm(f"draft k{depth} γ={gamma}", int(gamma), draft_depth=int(depth))
 
 
 def load_plan(path: str | Path) -> dict:
@@ -219,11 +232,34 @@ class ServingConfig:
     # The operator's plan (`specbench plan … --json`, read by load_plan): measured as one more
     # arm beside the fixed γ, so its regret is read under the same load.
     plan: dict | None = None
+    # Draft-model arms, (draft depth, γ) each (`make serving-drafts`): a run with any is of
+    # kind 'draft-serving', kept apart from the n-gram serving runs every analysis pools.
+    drafts: tuple[tuple[int, int], ...] = ()
 
     def arms(self) -> list[Arm]:
-        """Fixed γ in the order given, then the plan's configuration where there is a plan."""
+        """Fixed γ in the order given, then the draft arms, then the plan's configuration
+        where there is a plan."""
         fixed = [Arm("off" if g == 0 else f"γ={g}", int(g)) for g in self.gammas]
-        return fixed + ([plan_arm(self.plan)] if self.plan else [])
+        drafted = [draft_arm(depth, gamma) for depth, gamma in self.drafts]
+        return fixed + drafted + ([plan_arm(self.plan)] if self.plan else [])
+
+    @property
+    def kind(self) -> str:
+        """The run kind: 'draft-serving' where an arm drafts with a draft model."""
+        return "draft-serving" if self.drafts else "serving"
+
+    def draft_folder(self, depth: int) -> str:
+        """The depth-``depth`` draft of the served model, built once (a depth out of range
+        is a :class:`~specbench.engine.drafts.DraftError`, before any server starts)."""
+        from specbench.engine.drafts import build_draft
+        return str(build_draft(Path(self.resolved_model()), depth))
+
+    def engine_settings(self, arm: Arm, **extra) -> EngineSettings:
+        """The engine a server for ``arm`` runs."""
+        draft = self.draft_folder(arm.draft_depth) if arm.draft_depth and arm.gamma else None
+        return EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=arm.gamma,
+                              batch_schedule=arm.schedule, draft_model=draft,
+                              speculative_method="draft_model" if draft else "ngram", **extra)
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
@@ -246,7 +282,8 @@ class ServingConfig:
             dtype=manifest["dtype"], price_per_replica_hour=economics["price_per_replica_hour_usd"],
             demand_tokens_per_s=economics["demand_tokens_per_s"],
             notes=manifest.get("notes", ""), plan=manifest.get("plan"),
-            step_cost_probe=bool(manifest.get("step_cost_probe", False)))
+            step_cost_probe=bool(manifest.get("step_cost_probe", False)),
+            drafts=tuple(tuple(int(x) for x in pair) for pair in grid.get("drafts", [])))
 
     def validate(self) -> dict[str, list[int]]:
         if not self.gammas or 0 not in self.gammas:
@@ -255,13 +292,16 @@ class ServingConfig:
         for g in self.gammas:
             if isinstance(g, bool) or int(g) != g or g < 0:
                 raise LoadError(f"gamma must be a whole number >= 0, got {g!r}")
+        for pair in self.drafts:
+            if len(pair) != 2 or any(isinstance(x, bool) or int(x) != x for x in pair) \
+                    or pair[1] < 1:
+                raise LoadError(f"a draft arm is (draft depth, γ >= 1), got {pair!r}")
         for name in ("price_per_replica_hour", "demand_tokens_per_s"):
             if not getattr(self, name) > 0:
                 raise LoadError(f"{name} must be > 0, got {getattr(self, name)!r}")
         ids = self.load.validate()
         for arm in self.arms():     # a plan's schedule this engine build cannot take fails here
-            EngineSettings(model=self.resolved_model(), dtype=self.dtype, gamma=arm.gamma,
-                           batch_schedule=arm.schedule).validate()
+            self.engine_settings(arm).validate()
         return ids
 
     def resolved_model(self) -> str:

@@ -54,10 +54,10 @@ def level_key(arm: str, workload: str, mode: str, level: float) -> str:
 
 def measuring_arms(cfg: ServingConfig) -> dict[str, Arm]:
     """Each arm's name -> the arm whose server measures its configuration: itself, or the
-    first arm of the same (γ, schedule) — a plan that chose a fixed γ's configuration is read
+    first arm of the same (γ, schedule, draft) — a plan that chose a fixed γ's configuration is read
     from that γ's levels, not measured twice."""
     first: dict[tuple, Arm] = {}
-    return {arm.name: first.setdefault((arm.gamma, arm.schedule), arm) for arm in cfg.arms()}
+    return {arm.name: first.setdefault(arm.configuration, arm) for arm in cfg.arms()}
 
 
 def measured_levels(cfg: ServingConfig) -> list[Level]:
@@ -85,6 +85,8 @@ def level_record(level: Level, row: dict, requests: pd.DataFrame, server: dict) 
     levels.csv and its rows of requests.csv (by column), each with the run's key columns."""
     key = {"arm": level.arm.name, "workload": level.workload, "gamma": level.arm.gamma,
            "source": workload_source(level.workload), "measured_as": level.arm.name}
+    if level.arm.draft_depth is not None:    # n-gram runs keep the columns they always had
+        key["draft_depth"] = level.arm.draft_depth
     frame = requests.assign(**key, mode=level.mode, level=level.level,
                             request=range(len(requests)))
     return {"arm": level.arm.name, "workload": level.workload, "mode": level.mode,

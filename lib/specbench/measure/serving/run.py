@@ -17,7 +17,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from specbench.derive.serving_steps import arm_file_prefix
 from specbench.derive.steps import STEP_RECORDS
+from specbench.engine.drafts import draft_record
 from specbench.engine.vllm_engine import EngineSettings
 from specbench.measure.serving.client import (
     client_argv,
@@ -56,13 +58,15 @@ def _measure_arm(run: Run, cfg: ServingConfig, model: str, arm: Arm, levels: lis
     level, written into the run the moment it is measured."""
     # Every engine step is recorded into the run (specbench.engine.step_records), one file per
     # arm: what a step under load holds, to check the scheduler-driven load prediction against.
-    records = run.path / STEP_RECORDS / f"arm-{arm.gamma}{'-plan' if arm.planned else ''}.jsonl"
-    settings = EngineSettings(model=model, gamma=arm.gamma, dtype=cfg.dtype,
-                              batch_schedule=arm.schedule, step_records=str(records))
+    prefix = arm_file_prefix(arm.gamma, arm.planned, arm.draft_depth)
+    settings = cfg.engine_settings(arm, step_records=str(run.path / STEP_RECORDS /
+                                                          f"{prefix}.jsonl"))
     with Server(settings, ready_timeout_s=cfg.ready_timeout_s, log_dir=tmp) as server:
         record = {"arm": arm.name, "gamma": arm.gamma, "port": server.port,
                   "healthy_at": now_iso(), "startup_s": round(server.startup_s, 1),
-                  "command": server.command()[1:]}
+                  "command": server.command()[1:],
+                  # the engine's own KV cache: what a draft's layers take from the batch
+                  "kv_cache": server.kv_cache()}
         progress(f"[serving] {arm.name} server healthy on {server.base_url} in "
                  f"{server.startup_s:.0f} s")
         for workload in dict.fromkeys(level.workload for level in levels):
@@ -138,10 +142,15 @@ def _manifest(cfg: ServingConfig, model: str, ids: dict[str, list[int]]) -> dict
                      port=0)
     dataset = Path(load.dataset_path)
     return {
-        **contract("serving", model, cfg.dtype),
+        **contract(cfg.kind, model, cfg.dtype),
         "grid": {"gammas": list(cfg.gammas), "workloads": list(load.workloads),
                  "concurrencies": list(load.concurrencies),
-                 "request_rates": list(load.request_rates), "arms": _arms_record(cfg)},
+                 "request_rates": list(load.request_rates), "arms": _arms_record(cfg),
+                 **({"drafts": [list(pair) for pair in cfg.drafts]} if cfg.drafts else {})},
+        # Each draft the run serves: its provenance (depth, source hash) and weights.
+        **({"draft_models": {str(depth): draft_record(cfg.draft_folder(depth))
+                             for depth in dict.fromkeys(d for d, _ in cfg.drafts)}}
+           if cfg.drafts else {}),
         # Written as the run goes: what a killed run keeps, and what resuming reads.
         "parts": "one JSON per finished level under parts/ (its levels.csv row, its "
                  "requests.csv rows, its server), written when the level finishes; the tables "
@@ -236,7 +245,7 @@ def _reopen(path: Path, progress) -> tuple[Run, ServingConfig]:
     """The incomplete serving run at ``path`` and the configuration its manifest recorded.
     Refused, naming the path, when the run is complete or an input it measured changed."""
     run = open_run(path)
-    if run.manifest["kind"] != "serving":
+    if run.manifest["kind"] not in ("serving", "draft-serving"):
         raise LoadError(f"{path}: a {run.manifest['kind']} run, not a serving run")
     if run.complete:
         raise LoadError(f"{path}: the serving run is complete; there is nothing to resume")
@@ -275,7 +284,8 @@ def _check_same_inputs(path: Path, manifest: dict, cfg: ServingConfig, ids: dict
 
 def _arms_record(cfg: ServingConfig) -> list[dict]:
     return [{"name": a.name, "gamma": a.gamma,
-             "schedule": [list(e) for e in a.schedule] if a.schedule else None}
+             "schedule": [list(e) for e in a.schedule] if a.schedule else None,
+             **({"draft_depth": a.draft_depth} if a.draft_depth is not None else {})}
             for a in cfg.arms()]
 
 

@@ -118,15 +118,11 @@ class Server:
         # Pinned as in the sweep (vLLM's default differs between γ = 0 and 'ngram' on a GPU).
         cmd.append("--async-scheduling" if getattr(s, "async_scheduling", False)
                    else "--no-async-scheduling")
-        if s.gamma > 0:
-            cmd += ["--speculative-config", json.dumps({
-                "method": getattr(s, "speculative_method", "ngram"),
-                "num_speculative_tokens": s.gamma,
-                "prompt_lookup_min": s.prompt_lookup_min,
-                "prompt_lookup_max": s.prompt_lookup_max,
-                # vLLM's dynamic speculation: γ per batch-size range (a plan's schedule)
-                **({"num_speculative_tokens_per_batch_size": [list(e) for e in s.batch_schedule]}
-                   if getattr(s, "batch_schedule", None) else {})})]
+        # The speculative configuration the offline engine gets, so a server and a sweep of one
+        # setting speculate alike (n-gram lookup and its batch-size schedule, or a draft model).
+        speculative = s.llm_kwargs().get("speculative_config")
+        if speculative:
+            cmd += ["--speculative-config", json.dumps(speculative)]
         return cmd
 
     def env(self) -> dict:
@@ -253,6 +249,23 @@ class Server:
     def metrics_text(self, timeout: float = 10.0) -> str:
         with urllib.request.urlopen(self.base_url + "/metrics", timeout=timeout) as r:
             return r.read().decode()
+
+    def kv_cache(self, text: str | None = None) -> dict:
+        """The KV cache the engine allocated, from its ``vllm:cache_config_info`` labels: its
+        bytes and the tokens they hold (a draft model's layers take their share of both)."""
+        for family in text_string_to_metric_families(text or self.metrics_text()):
+            for sample in family.samples:
+                if sample.name == "vllm:cache_config_info":
+                    labels = sample.labels
+                    try:
+                        tokens = int(labels["kv_cache_size_tokens"])
+                        size = int(labels["kv_cache_memory_bytes"])
+                    except (KeyError, ValueError):
+                        break
+                    return {"tokens": tokens, "bytes": size,
+                            "bytes_per_token": size / tokens if tokens else None}
+        return {"tokens": None, "bytes": None, "bytes_per_token": None,
+                "note": "this vLLM's /metrics has no kv_cache_size_tokens/kv_cache_memory_bytes"}
 
     def counters(self, text: str | None = None) -> SpecCounters | None:
         """The spec-decode counters (None without speculation, where vLLM omits them)."""
