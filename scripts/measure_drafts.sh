@@ -6,14 +6,23 @@
 # step time over the target's is Leviathan's c).
 #
 #   scripts/measure_drafts.sh                 DEPTHS="4 20" PROMPTS=1 REPS=3
+#   ENGINE=transformers scripts/measure_drafts.sh
+#
+# ENGINE=transformers measures the same drafts on the second engine, transformers' assisted
+# generation (assistant_model, a constant γ): batch 1 only (transformers refuses assisted
+# generation above it), no prefix cache (a vLLM setting); its runs' SKU ids end in '-hf'.
 #
 # A killed run resumes: `specbench sweep --resume RUN` (the folder is printed as it starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
 workloads=${WORKLOADS:-repeat,edit,specbench:summarization,specbench:qa}
-grid=(--workloads "$workloads" --batches 1,4 --prompts "${PROMPTS:-1}" --reps "${REPS:-3}"
-      --max-tokens 64 --prefix-caching)
+grid=(--workloads "$workloads" --prompts "${PROMPTS:-1}" --reps "${REPS:-3}" --max-tokens 64)
+if [ "${ENGINE:-vllm}" = transformers ]; then
+    grid+=(--engine transformers --batches 1)
+else
+    grid+=(--batches 1,4 --prefix-caching)
+fi
 [ -n "${DTYPE:-}" ] && grid+=(--dtype "$DTYPE")
 for depth in ${DEPTHS:-4 20}; do
     $py -m specbench.cli.main sweep --draft-depth "$depth" --gammas 0,2,4 "${grid[@]}" \

@@ -197,3 +197,33 @@ def test_fp32_prompt_lookup_output_equals_plain_greedy(repeat_prompt):
             prompt = e.encode_chat(repeat_prompt.messages, repeat_prompt.continue_final)
             outputs[g] = e.generate([prompt], TOKENS).token_ids[0]
     assert outputs[4] == outputs[0]
+
+
+def test_a_draft_model_settings_name_assisted_generation(tmp_path):
+    with pytest.raises(FileNotFoundError, match="specbench draft"):
+        HFEngineSettings(model=str(tmp_path), draft_model=str(tmp_path / "absent")).validate()
+
+
+@pytest.mark.engine
+def test_assisted_generation_with_a_draft_keeps_the_identity_and_fp32_output(repeat_prompt):
+    """transformers' assisted generation with the depth-4 draft: a constant γ (never more
+    proposed per pass), output tokens = accepted + passes, and in fp32 the greedy output of
+    plain decoding."""
+    from specbench.engine.assets import embedded_model_dir
+    from specbench.engine.drafts import build_draft
+    model = embedded_model_dir()
+    draft = str(build_draft(model, 4))
+    outputs = {}
+    for g in (0, 2):
+        settings = HFEngineSettings(model=str(model), gamma=g, dtype="float32",
+                                    draft_model=draft if g else None)
+        with TransformersEngine(settings) as e:
+            prompt = e.encode_chat(repeat_prompt.messages, repeat_prompt.continue_final)
+            gen = e.generate([prompt], TOKENS)
+            outputs[g] = gen.token_ids[0]
+    c = gen.counters
+    assert gen.iterations == gen.candidate_passes
+    assert c.accepted_tokens + (gen.iterations - 1) + 1 == TOKENS
+    assert c.drafts >= 1 and c.draft_tokens <= 2 * c.drafts and len(c.accepted_per_pos) == 2
+    assert settings.manifest_fields()["draft_model"]["depth"] == 4
+    assert outputs[2] == outputs[0]

@@ -128,8 +128,9 @@ def _sweep_engine_args(p: argparse.ArgumentParser) -> None:
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
     p.add_argument("--draft-depth", type=cliargs.positive_int, default=None, metavar="K",
                    help="draft with the model's first K decoder layers (vLLM method "
-                        "draft_model; built once by `specbench draft`) instead of n-gram "
-                        "lookup: a 'draft-sweep' run, kept apart from the n-gram analyses")
+                        "draft_model; with --engine transformers, its assisted generation; "
+                        "built once by `specbench draft`) instead of n-gram lookup: a "
+                        "'draft-sweep' run, kept apart from the n-gram analyses")
     _engine_patch_arg(p)
     p.add_argument("--judged-against", metavar="PREDICTION_RUN", type=cliargs.existing_dir,
                    help="a sealed prediction of this SKU (`specbench predict`), closed before "

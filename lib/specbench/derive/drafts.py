@@ -22,10 +22,17 @@ from specbench.theory.draft_cost import (
     per_position_alpha,
     split_draft_cost,
 )
-from specbench.theory.economics import TABLE3_ALPHAS, break_even_alpha, net_speedup
+from specbench.theory.economics import (
+    TABLE3_ALPHAS,
+    break_even_alpha,
+    cost_per_million,
+    net_speedup,
+)
 from specbench.theory.errors import percent_error
+from specbench.theory.roofline import shape_from_manifest
 
-__all__ = ["draft_cells", "break_even", "cost_split", "table3", "best_draft", "PREDICTORS"]
+__all__ = ["draft_cells", "break_even", "cost_split", "table3", "best_draft", "draft_serving",
+           "draft_memory", "engine_of", "ENGINES", "PREDICTORS"]
 
 #: The speedup predictors the chapter compares, column → what it is.
 PREDICTORS = {
@@ -36,6 +43,14 @@ PREDICTORS = {
     "no_draft_term": "the n-gram model, draft term left out: L / (1 + d(γ))",
 }
 KEY = ["sku", "host_session", "depth", "workload", "batch"]
+#: The engines a draft sweep runs on: vLLM's draft_model proposer, transformers' assisted
+#: generation (batch 1; its runs' SKU ids end in '-hf').
+ENGINES = ("vllm", "transformers")
+
+
+def engine_of(run: Run) -> str:
+    """'transformers' for a run of transformers' engine, 'vllm' otherwise."""
+    return "transformers" if run.manifest["engine"].get("name") == "transformers" else "vllm"
 
 
 def _ok(run: Run) -> pd.DataFrame:
@@ -51,7 +66,7 @@ def _micro_d(runs: list[Run], sessions: dict[str, str]) -> dict:
 
 def _alone(runs: list[Run], sessions: dict[str, str]) -> pd.DataFrame:
     rows = []
-    for run in runs:
+    for run in runs:   # the caller's runs are of one engine
         depth = (run.manifest.get("draft_alone") or {}).get("depth")
         if depth is None:
             continue
@@ -103,14 +118,17 @@ def _predictions(spec: pd.DataFrame) -> pd.DataFrame:
 
 
 @memoised
-def draft_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
-    """One row per speculative draft-model cell (greedy, status ok): measured speedup, L
-    (``emitted_per_step``), the counters' α, per-position α, d(γ), both cs, each predictor's
-    speedup and percent error, and the draft checkpoint the sweep drafted with. Empty when the
-    store holds no draft sweep."""
+def draft_cells(root=DEFAULT_ROOT, engine: str = "vllm") -> pd.DataFrame:
+    """One row per speculative draft-model cell (greedy, status ok) of ``engine``'s draft
+    sweeps: measured speedup, L (``emitted_per_step``), the counters' α, per-position α, d(γ),
+    both cs, each predictor's speedup and percent error, and the draft checkpoint the sweep
+    drafted with. Empty when the store holds no such draft sweep. (transformers' cells have no
+    microbenchmark of their own: their d(γ) is none, the verify growth left out.)"""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     every = load_runs(root)
     sessions = host_sessions(every)
-    drafts = [r for r in every if r.manifest["kind"] == "draft-sweep"]
+    drafts = [r for r in every if r.manifest["kind"] == "draft-sweep" and engine_of(r) == engine]
     cells = _drafting(drafts, sessions)
     if cells.empty:
         return cells
@@ -210,3 +228,88 @@ def best_draft(root=DEFAULT_ROOT) -> tuple[int, int] | None:
     medians = cells.groupby(["depth", "gamma"])["speedup"].median()
     depth, gamma = medians.idxmax()
     return int(depth), int(gamma)
+
+
+def _drafter(row) -> str:
+    depth = getattr(row, "draft_depth", np.nan)
+    if row.gamma == 0:
+        return "off"
+    return f"draft k{int(depth)}" if depth == depth else "n-gram"
+
+
+def _serving_rows(run: Run) -> list[dict]:
+    levels = run.table("levels.csv")
+    levels = levels[levels["mode"] == "concurrency"]
+    economics = run.manifest["economics"]
+    price, demand = economics["price_per_replica_hour_usd"], economics["demand_tokens_per_s"]
+    kv = {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
+    off_tokens = kv.get("off", {}).get("tokens")
+    rows = []
+    for (workload, level), group in levels.groupby(["workload", "concurrency"]):
+        off = group.loc[group["gamma"] == 0, "p50_tpot_ms"]
+        for r in group.itertuples():
+            q = float(r.qualified_tokens_per_s)
+            tokens = kv.get(r.arm, {}).get("tokens")
+            rows.append({
+                "run_id": run.run_id, "sku": run.sku, "workload": workload,
+                "concurrency": int(level), "arm": r.arm, "drafter": _drafter(r),
+                "gamma": int(r.gamma), "tpot_ms": float(r.p50_tpot_ms),
+                "speedup": float(off.iloc[0]) / float(r.p50_tpot_ms) if len(off) else np.nan,
+                "alpha": float(r.alpha) if r.gamma else np.nan,
+                "slo_met_p95": bool(r.slo_met_p95), "qualified_tokens_per_s": q,
+                # Whole replicas for the demand, as every serving cost in the book
+                # (report.serving_economics.add_costs); no qualified token, no price.
+                "usd_per_million": cost_per_million(1, price, q, demand, demand)[1]
+                if q > 0 else np.nan,
+                "kv_tokens": tokens,
+                "kv_bytes_per_token": kv.get(r.arm, {}).get("bytes_per_token"),
+                "kv_capacity_lost": 1 - tokens / off_tokens if tokens and off_tokens
+                else np.nan})
+    return rows
+
+
+@memoised
+def draft_serving(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """One row per arm and closed-loop level of every 'draft-serving' run (`make
+    serving-drafts`): median TPOT, speedup over speculation off at that level, the counters'
+    α, the SLO at p95, the cost per million SLO-qualified tokens (the run's price and demand),
+    and the KV cache the engine allocated (tokens, bytes per token) with the share of the
+    off server's capacity the arm lost. Empty without such a run."""
+    rows = [row for run in load_runs(root, kind="draft-serving") for row in _serving_rows(run)]
+    return pd.DataFrame(rows, columns=[
+        "run_id", "sku", "workload", "concurrency", "arm", "drafter", "gamma", "tpot_ms",
+        "speedup", "alpha", "slo_met_p95", "qualified_tokens_per_s", "usd_per_million",
+        "kv_tokens", "kv_bytes_per_token", "kv_capacity_lost"])
+
+
+def draft_memory(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Per 'draft-serving' run and draft depth: the KV cache the engine allocated in the same
+    space without and with the draft (tokens and bytes per token, from the servers' own
+    ``vllm:cache_config_info``), the share of capacity the draft's layers took, and the
+    weights of target and draft (their shapes' weight elements at the run's weight bytes)."""
+    rows = []
+    for run in load_runs(root, kind="draft-serving"):
+        servers = {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
+        shape = shape_from_manifest(run.manifest.get("model_shape"))
+        off = servers.get("off", {})
+        for arm in run.manifest["grid"]["arms"]:
+            depth = arm.get("draft_depth")
+            kv = servers.get(arm["name"], {})
+            if depth is None or not kv.get("tokens") or not off.get("tokens"):
+                continue
+            rows.append({
+                "run_id": run.run_id, "sku": run.sku, "depth": int(depth),
+                "target_layers": shape.layers if shape else np.nan,
+                "kv_gib": kv["bytes"] / 2**30, "kv_tokens_off": off["tokens"],
+                "kv_tokens_draft": kv["tokens"],
+                "kv_capacity_lost": 1 - kv["tokens"] / off["tokens"],
+                "kv_bytes_per_token_off": off["bytes_per_token"],
+                "kv_bytes_per_token_draft": kv["bytes_per_token"],
+                "target_weights_mb": shape.weight_elements() * shape.weight_bytes / 1e6
+                if shape else np.nan,
+                "draft_weights_mb": shape.weight_elements(int(depth)) * shape.weight_bytes
+                / 1e6 if shape else np.nan})
+    return pd.DataFrame(rows, columns=[
+        "run_id", "sku", "depth", "target_layers", "kv_gib", "kv_tokens_off",
+        "kv_tokens_draft", "kv_capacity_lost", "kv_bytes_per_token_off",
+        "kv_bytes_per_token_draft", "target_weights_mb", "draft_weights_mb"])

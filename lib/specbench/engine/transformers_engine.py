@@ -35,22 +35,35 @@ candidates, and sees logits before the token is chosen. ``generate`` hands the s
 first, then the tokens of each forward pass as they are appended (one ``put`` per pass in both
 the plain and the assisted loop; on CPU and CUDA the put is synchronous), so TTFT = first token's
 time − call start and the decode window = first token to last token, as for vLLM.
+
+**A draft model** (``draft_model``: a layer-truncated draft, :mod:`specbench.engine.drafts`)
+replaces prompt lookup with transformers' assisted generation: ``generate(...,
+assistant_model=draft)`` with a constant ``num_assistant_tokens`` = γ and no confidence
+threshold (transformers' default would stop a draft early and retune γ), recorded by the same
+tally through :class:`RecordingAssisted`. As for prompt lookup, the prefill pass proposes
+nothing; the draft then reads the prompt on the first decode pass (vLLM's draft runs its
+prefill in the target's prefill step).
 """
 from __future__ import annotations
 
+import copy
 import os
 import time
 import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+from transformers.generation.candidate_generator import (
+    AssistedCandidateGenerator,
+    PromptLookupCandidateGenerator,
+)
 
 from specbench.engine.vllm_engine import CHAT_TEMPLATE, Generation, encode_messages
 from specbench.theory.counters import SpecCounters
 
 __all__ = ["HFEngineSettings", "TransformersEngine", "HFGeneration", "PromptLookupTally",
-           "RecordingPromptLookup", "hf_engine_version", "ENGINE_NAME", "SKU_SUFFIX"]
+           "RecordingPromptLookup", "RecordingAssisted", "hf_engine_version", "ENGINE_NAME",
+           "SKU_SUFFIX"]
 
 ENGINE_NAME = "transformers"
 SKU_SUFFIX = "-hf"      # a transformers SKU is the hardware SKU id + "-hf"
@@ -84,6 +97,8 @@ class HFEngineSettings:
     # transformers would already look up candidates in the prompt on the prefill pass; vLLM's
     # prefill step emits one token and drafts nothing. False (default) matches vLLM.
     draft_in_prefill: bool = False
+    # A draft checkpoint's folder: assisted generation with it instead of prompt lookup.
+    draft_model: str | None = None
 
     def validate(self) -> None:
         if self.gamma < 0:
@@ -98,22 +113,35 @@ class HFEngineSettings:
         looks_like_path = self.model.startswith(("/", ".", "~")) or self.model.count("/") != 1
         if looks_like_path and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model path {self.model!r} does not exist")
+        if self.draft_model is not None and not Path(self.draft_model).is_dir():
+            raise FileNotFoundError(f"draft_model {self.draft_model!r} does not exist (build it "
+                                    "with `specbench draft --depth K`)")
 
     def resolved_threads(self) -> int:
         return self.threads or _default_threads()
 
     def manifest_fields(self) -> dict:
-        return {"engine_name": ENGINE_NAME,
-                "speculative_method": "prompt_lookup",
-                "attn_implementation": self.attn_implementation,
-                "graph_mode": "eager (transformers generate, no torch.compile)",
-                "torch_threads": self.resolved_threads(),
-                "draft_in_prefill": self.draft_in_prefill,
+        if self.draft_model is not None:
+            from specbench.engine.drafts import draft_record
+            return {**self._common_fields(),
+                    "speculative_method": "assisted generation (assistant_model)",
+                    "draft_model": draft_record(self.draft_model),
+                    "assistant": {"num_assistant_tokens": "γ",
+                                  "num_assistant_tokens_schedule": "constant",
+                                  "assistant_confidence_threshold": 0}}
+        return {**self._common_fields(), "speculative_method": "prompt_lookup",
                 "ngram_window": {
                     "max_matching_ngram_size": self.prompt_lookup_max,
                     "min_matching_ngram_size": "1 (transformers has no minimum; vLLM's is "
                                                "prompt_lookup_min = 2)",
-                    "occurrence": "leftmost with a continuation (vLLM: earliest)"},
+                    "occurrence": "leftmost with a continuation (vLLM: earliest)"}}
+
+    def _common_fields(self) -> dict:
+        return {"engine_name": ENGINE_NAME,
+                "attn_implementation": self.attn_implementation,
+                "graph_mode": "eager (transformers generate, no torch.compile)",
+                "torch_threads": self.resolved_threads(),
+                "draft_in_prefill": self.draft_in_prefill,
                 "batch": "1 only (transformers refuses assisted generation above batch 1)"}
 
 
@@ -175,10 +203,10 @@ class PromptLookupTally:
                             tuple(self.per_pos))
 
 
-class RecordingPromptLookup(PromptLookupCandidateGenerator):
-    """transformers' prompt-lookup candidate generator, recording each forward pass's proposed
-    and matched candidates into a :class:`PromptLookupTally` (and, with
-    ``draft_in_prefill=False``, proposing nothing on the prefill pass)."""
+class _Recording:
+    """A transformers candidate generator recording each forward pass's proposed and matched
+    candidates into a :class:`PromptLookupTally` (and, with ``draft_in_prefill=False``,
+    proposing nothing on the prefill pass). Mixed in before the generator's own class."""
 
     def __init__(self, *args, tally: PromptLookupTally, draft_in_prefill: bool = False,
                  **kwargs):
@@ -186,8 +214,7 @@ class RecordingPromptLookup(PromptLookupCandidateGenerator):
         self._start_recording(tally, draft_in_prefill)
 
     @classmethod
-    def adopt(cls, generator: PromptLookupCandidateGenerator, tally: PromptLookupTally,
-              draft_in_prefill: bool = False) -> "RecordingPromptLookup":
+    def adopt(cls, generator, tally: PromptLookupTally, draft_in_prefill: bool = False):
         """The generator transformers built, its settings unchanged, now recording."""
         adopted = cls.__new__(cls)
         adopted.__dict__.update(vars(generator))
@@ -214,6 +241,39 @@ class RecordingPromptLookup(PromptLookupCandidateGenerator):
         self._proposed = None
         self.passes += 1
         return super().update_candidate_strategy(input_ids, scores, num_matches)
+
+
+class RecordingPromptLookup(_Recording, PromptLookupCandidateGenerator):
+    """transformers' prompt-lookup candidate generator, recording (:class:`_Recording`)."""
+
+
+class RecordingAssisted(_Recording, AssistedCandidateGenerator):
+    """transformers' assisted (draft-model) candidate generator, recording
+    (:class:`_Recording`); not the class transformers checks for to retune its confidence
+    threshold, so γ stays constant."""
+
+    def _update_past_and_masks(self, input_ids, *args, **kwargs):
+        # The prefill pass proposed nothing, so the draft has no cache yet and its inputs
+        # still describe the prompt alone; transformers updates them only beside a cache. The
+        # draft now reads the prompt and the first token: extend its attention mask (every
+        # token is real) and drop the prompt's position ids (the draft's own generate derives
+        # them again from the longer input).
+        kwargs_ = self.assistant_kwargs
+        if kwargs_.get("past_key_values") is None:
+            import torch
+            mask = kwargs_.get("attention_mask")
+            if mask is not None and mask.shape[-1] < input_ids.shape[-1]:
+                extra = mask.new_ones((mask.shape[0], input_ids.shape[-1] - mask.shape[-1]))
+                kwargs_["attention_mask"] = torch.cat([mask, extra], dim=-1)
+            position = kwargs_.get("position_ids")
+            if position is not None and position.shape[-1] < input_ids.shape[-1]:
+                kwargs_.pop("position_ids")
+        return super()._update_past_and_masks(input_ids, *args, **kwargs)
+
+
+#: transformers' generator class → its recording subclass.
+RECORDING = {PromptLookupCandidateGenerator: RecordingPromptLookup,
+             AssistedCandidateGenerator: RecordingAssisted}
 
 
 class _TokenClock:
@@ -272,6 +332,8 @@ class TransformersEngine:
         self._pad = pad
         self.model.generation_config = GenerationConfig(
             bos_token_id=self.model.config.bos_token_id, pad_token_id=pad, eos_token_id=None)
+        self.assistant = (self._load_assistant(settings)
+                          if settings.draft_model is not None and settings.gamma > 0 else None)
         self.tally = PromptLookupTally(settings.gamma) if settings.gamma > 0 else None
         if settings.gamma > 0:
             if not hasattr(GenerationMixin, "_get_candidate_generator"):
@@ -282,17 +344,34 @@ class TransformersEngine:
         self.prompt_notes: list[str] = []
         self.startup_s = time.perf_counter() - started
 
+    def _load_assistant(self, settings: HFEngineSettings):
+        """The draft as transformers' assistant: γ candidates every pass (constant schedule, no
+        confidence threshold), no EOS (as the target)."""
+        import torch
+        from transformers import AutoModelForCausalLM
+        draft = AutoModelForCausalLM.from_pretrained(
+            settings.draft_model, dtype=getattr(torch, settings.dtype),
+            attn_implementation=settings.attn_implementation).to(settings.device).eval()
+        config = copy.deepcopy(self.model.generation_config)
+        config.num_assistant_tokens = settings.gamma
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = 0.0
+        draft.generation_config = config
+        return draft
+
     def _install_recorder(self) -> None:
         """Override ``_get_candidate_generator`` on this model instance only: transformers
-        builds its prompt-lookup generator as usual, and the recording subclass adopts it."""
+        builds its candidate generator as usual, and the recording subclass adopts it."""
         model, tally, prefill = self.model, self.tally, self.settings.draft_in_prefill
         original = type(model)._get_candidate_generator
+        expected = (AssistedCandidateGenerator if self.assistant is not None
+                    else PromptLookupCandidateGenerator)
         def _get_candidate_generator(self_model, *args, **kwargs):
             generator = original(self_model, *args, **kwargs)
-            if type(generator) is not PromptLookupCandidateGenerator:
-                raise RuntimeError(f"expected transformers' prompt-lookup generator, got "
+            if type(generator) is not expected:
+                raise RuntimeError(f"expected transformers' {expected.__name__}, got "
                                    f"{type(generator).__name__}")
-            return RecordingPromptLookup.adopt(generator, tally, prefill)
+            return RECORDING[expected].adopt(generator, tally, prefill)
 
         model._get_candidate_generator = types.MethodType(_get_candidate_generator, model)
 
@@ -304,6 +383,7 @@ class TransformersEngine:
 
     def close(self) -> None:
         model, self.model = getattr(self, "model", None), None
+        self.assistant = None
         if model is not None:
             del model
             import gc
@@ -338,8 +418,9 @@ class TransformersEngine:
             repetition_penalty=penalty if penalty != 1.0 else None,
             num_beams=1, use_cache=True, eos_token_id=None, pad_token_id=self._pad,
             bos_token_id=self.model.config.bos_token_id,
-            prompt_lookup_num_tokens=g if g > 0 else None,
-            max_matching_ngram_size=self.settings.prompt_lookup_max if g > 0 else None)
+            **({} if self.assistant is not None else {
+                "prompt_lookup_num_tokens": g if g > 0 else None,
+                "max_matching_ngram_size": self.settings.prompt_lookup_max if g > 0 else None}))
 
     def generate(self, prompts: list[list[int]], max_tokens: int | list[int],
                  sampling: dict | list[dict] | None = None,
@@ -365,7 +446,9 @@ class TransformersEngine:
         start = time.perf_counter()
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      generation_config=config, streamer=clock)
+                                      generation_config=config, streamer=clock,
+                                      **({"assistant_model": self.assistant}
+                                         if self.assistant is not None else {}))
         wall = time.perf_counter() - start
         after = self.counters() if read_counters else None
         new = out[0, len(prompt):].tolist()
@@ -375,7 +458,7 @@ class TransformersEngine:
         passes = (self.tally.forwards - passes_before) if self.tally is not None else None
         if passes == 0:
             raise RuntimeError("γ > 0 but the recording candidate generator was never used: "
-                               "no counters (transformers did not run prompt lookup)")
+                               "no counters (transformers did not speculate)")
         return HFGeneration(
             wall_s=wall,
             ttft_s=[clock.times[0] - start],

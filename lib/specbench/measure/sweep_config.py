@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbench.engine.hardware import resolve_dtype
@@ -142,16 +142,16 @@ class SweepConfig:
             if tuple(self.batches) != (1,):
                 raise ValueError("the transformers engine runs batch 1 only (transformers "
                                  "refuses assisted generation above batch size 1): --batches 1")
-            if self.draft_depth is not None:
-                raise ValueError("draft_depth: the transformers engine's drafts are not wired "
-                                 "into the sweep; measure drafts with vLLM")
-            if self.engine_options() != SweepConfig().engine_options():
+            # A draft model is transformers' assisted generation; the other options are vLLM's.
+            if replace(self, draft_depth=None).engine_options() != SweepConfig().engine_options():
                 raise ValueError("engine patch, graph mode, async scheduling, the GPU proposer "
                                  "and prefix caching are vLLM settings; the transformers engine "
                                  "has none")
             from specbench.engine.transformers_engine import HFEngineSettings
             HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
-                             gamma=max(self.gammas)).validate()
+                             gamma=max(self.gammas),
+                             draft_model=self.resolved_draft() if self.draft_depth else None
+                             ).validate()
             return
         if self.draft_depth is not None and self.speculative_method != "ngram":
             raise ValueError(f"draft_depth replaces the n-gram proposer: speculative_method "

@@ -47,6 +47,16 @@ class ModelShape:
     def head_dim(self) -> int:
         return self.head_size or self.hidden // self.heads
 
+    def weight_elements(self, layers: int | None = None) -> int:
+        """Weight elements of the decoder cut to its first ``layers`` layers (all of them by
+        default): each layer's projections (every expert's) and two norms, the final norm, and
+        one embedding shared with the output head (tied, as in the embedded model)."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        per_layer = (self.hidden * (q_out + 2 * kv_out) + q_out * self.hidden
+                     + 3 * self.hidden * self.intermediate * self.experts + 2 * self.hidden)
+        kept = self.layers if layers is None else layers
+        return kept * per_layer + self.vocab * self.hidden + self.hidden
+
     @classmethod
     def from_hf_config(cls, path, name=None, weight_bytes=2.0, act_bytes=2.0) -> "ModelShape":
         """Read a Hugging Face ``config.json`` (a file or the checkpoint folder holding it).

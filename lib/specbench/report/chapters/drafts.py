@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specbench.derive.drafts import PREDICTORS, break_even, cost_split, draft_cells, table3
+from specbench.derive.drafts import (
+    PREDICTORS,
+    break_even,
+    cost_split,
+    draft_cells,
+    draft_memory,
+    draft_serving,
+    table3,
+)
 from specbench.report.numbers import Numbers
 from specbench.report.plan.worksheet import (
     DEMAND_TOKENS_PER_S,
@@ -17,7 +25,7 @@ from specbench.store.runs import DEFAULT_ROOT
 from specbench.theory.errors import mape_of
 
 __all__ = ["numbers", "cell_table", "predictor_errors", "break_even_table", "parity",
-           "split_table", "measured_table3", "cost_table"]
+           "split_table", "measured_table3", "cost_table", "serving_table"]
 
 NAMES = {"extended": "the model extended (held-out in-engine c)",
          "leviathan": "Leviathan with the draft-alone c",
@@ -76,6 +84,16 @@ def cost_table(root=DEFAULT_ROOT) -> pd.DataFrame:
         "draft's change %": grouped["change_pct"].median(),
         "SLO met, alone": grouped["off_meets_slo"].sum().astype(int),
         "SLO met, draft": grouped["draft_meets_slo"].sum().astype(int)}).reset_index()
+
+
+def serving_table(root=DEFAULT_ROOT) -> pd.DataFrame:
+    """Every draft-serving level and arm: what the operator pays under load."""
+    rows = draft_serving(root)
+    return rows[["concurrency", "arm", "tpot_ms", "speedup", "alpha", "slo_met_p95",
+                 "usd_per_million"]].rename(columns={
+                     "tpot_ms": "median TPOT (ms)", "speedup": "speedup over off",
+                     "alpha": "α (counters)", "slo_met_p95": "SLO met at p95",
+                     "usd_per_million": "USD per M SLO tokens"})
 
 
 def split_table(root=DEFAULT_ROOT) -> pd.DataFrame:
@@ -171,6 +189,81 @@ def _break_even_findings(n: Numbers, root) -> None:
     n.add(break_even_sentence="; ".join(words))
 
 
+def _span(values, digits: int = 0) -> str:
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}–{high}"
+
+
+def _cheaper(levels: pd.DataFrame, drafter: str) -> tuple[int, float]:
+    """In how many levels ``drafter`` cost less per million SLO tokens than speculation off,
+    and the median change in percent (a level where either served no qualified token counts
+    as not cheaper)."""
+    key = ["run_id", "workload", "concurrency"]
+    off = levels[levels["drafter"] == "off"].set_index(key)["usd_per_million"]
+    arm = levels[levels["drafter"] == drafter].set_index(key)["usd_per_million"]
+    change = (arm / off.reindex(arm.index) - 1) * 100
+    return int((change < 0).sum()), float(change.median())
+
+
+def _serving_findings(n: Numbers, root) -> None:
+    """Under load (`make serving-drafts`): the draft against off and n-gram, priced, and the
+    memory the engine gave the draft's layers."""
+    levels = draft_serving(root)
+    if levels.empty:
+        n.add(serving_runs="none", serving_sentence="No draft model was served under load yet "
+              "(`make serving-drafts`)", memory_sentence="The draft's memory is read from a "
+              "served engine, and none was served yet")
+        return
+    drafted = levels[levels["drafter"].str.startswith("draft")]
+    cheaper, change = _cheaper(levels, drafted["drafter"].iloc[0])
+    ngram_cheaper, _ = _cheaper(levels, "n-gram")
+    cases = len(drafted)
+    n.add(serving_runs=sorted(levels["run_id"].unique()),
+          serving_sentence=(
+              f"Under load ({', '.join(sorted(levels['workload'].unique()))} prompts, "
+              f"concurrency {_span(levels['concurrency'])}), the {drafted['arm'].iloc[0]} arm "
+              f"ran at {_span(drafted['speedup'], 2)}× speculation off's speed and cost "
+              f"{'less' if cheaper == cases else 'more' if cheaper == 0 else 'less or more'} "
+              f"per million SLO-qualified tokens than doing nothing: cheaper in "
+              f"{cheaper} of {cases} levels (median change {change:+.0f} %), where n-gram "
+              f"was cheaper in {ngram_cheaper}"))
+    _memory_findings(n, root)
+
+
+def _second_engine_findings(n: Numbers, root) -> None:
+    """transformers' assisted generation with the same drafts (batch 1), beside vLLM's."""
+    cells = draft_cells(root, engine="transformers")
+    if cells.empty:
+        n.add(hf_runs="none", hf_sentence="transformers' assisted generation, the second "
+              "engine, has not drafted with these drafts yet (`ENGINE=transformers make "
+              "measure-drafts`)")
+        return
+    faster = int((cells["speedup"] > 1).sum())
+    n.add(hf_runs=sorted(set(cells["run_id"]) | set(cells["alone_run"].dropna())),
+          hf_sentence=(
+              f"On the second engine, transformers' assisted generation at batch 1, the same "
+              f"drafts ran {faster} of {len(cells)} cells faster than the target alone "
+              f"(speedups {_span(cells['speedup'], 2)}); its counters' acceptance is "
+              f"{_by_depth(cells, 'alpha')}, and the draft alone's c is "
+              f"{_by_depth(cells, 'c_leviathan')}"))
+
+
+def _memory_findings(n: Numbers, root) -> None:
+    memory = draft_memory(root)
+    if memory.empty:
+        n.add(memory_sentence="The served engines reported no KV cache size")
+        return
+    m = memory.iloc[-1]
+    predicted = m.depth / (m.target_layers + m.depth)
+    n.add(memory_sentence=(
+        f"Read from the engine, the depth-{m.depth} draft's layers took "
+        f"{m.kv_capacity_lost:.1%} of the KV cache's capacity ({m.kv_tokens_off:,} tokens in "
+        f"{m.kv_gib:.0f} GiB became {m.kv_tokens_draft:,}), "
+        f"{'as' if abs(m.kv_capacity_lost - predicted) < 0.005 else 'against'} the "
+        f"{predicted:.1%} its share of the layers predicts. Its weights are "
+        f"{m.draft_weights_mb:.0f} MB beside the target's {m.target_weights_mb:.0f} MB"))
+
+
 def numbers(root=DEFAULT_ROOT) -> Numbers:
     """Everything the draft chapter glues."""
     cells = draft_cells(root)
@@ -189,4 +282,6 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     _prediction_findings(n, root)
     _break_even_findings(n, root)
     _price_findings(n, root)
+    _serving_findings(n, root)
+    _second_engine_findings(n, root)
     return n
