@@ -6,9 +6,9 @@
 # step time over the target's is Leviathan's c).
 #
 #   scripts/measure_drafts.sh                 DEPTHS="4 20" PROMPTS=1 REPS=3
-#   ENGINE=transformers scripts/measure_drafts.sh
+#   DRAFT_ENGINE=transformers scripts/measure_drafts.sh
 #
-# ENGINE=transformers measures the same drafts on the second engine, transformers' assisted
+# DRAFT_ENGINE=transformers measures the same drafts on the second engine, transformers' assisted
 # generation (assistant_model, a constant γ): batch 1 only (transformers refuses assisted
 # generation above it), no prefix cache (a vLLM setting); its runs' SKU ids end in '-hf'.
 #
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 py=.venv/bin/python
 workloads=${WORKLOADS:-repeat,edit,specbench:summarization,specbench:qa}
 grid=(--workloads "$workloads" --prompts "${PROMPTS:-1}" --reps "${REPS:-3}" --max-tokens 64)
-if [ "${ENGINE:-vllm}" = transformers ]; then
+if [ "${DRAFT_ENGINE:-vllm}" = transformers ]; then
     grid+=(--engine transformers --batches 1)
 else
     grid+=(--batches 1,4 --prefix-caching)

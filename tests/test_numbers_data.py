@@ -80,8 +80,26 @@ def test_every_chapter_lists_its_runs():
                   measured.numbers, index.numbers, drafts.numbers):
         n = build()
         kinds = ("sweep", "hostfloor", "overhead", "microbench", "lossless", "serving",
-                 "prediction", "draft-sweep")
+                 "prediction", "draft-sweep", "draft-serving")
         assert n.runs and all(any(r.startswith(f"{k}-2") for k in kinds) for r in n.runs)
+
+
+def test_the_draft_chapter_states_what_its_serving_runs_show():
+    """Under load, the draft chapter's verdict (cheaper or dearer than doing nothing) and the
+    KV capacity the draft's layers took follow the draft-serving runs."""
+    from specbench.derive.drafts import draft_memory, draft_serving
+    levels, n = draft_serving(), drafts.numbers()
+    assert not levels.empty, "the store holds a draft-serving run (make serving-drafts)"
+    key = ["run_id", "workload", "concurrency"]
+    off = levels[levels["drafter"] == "off"].set_index(key)["usd_per_million"]
+    drafted = levels[levels["drafter"].str.startswith("draft")].set_index(key)
+    cheaper = int((drafted["usd_per_million"] < off.reindex(drafted.index)).sum())
+    verdict = ("less" if cheaper == len(drafted) else "more" if cheaper == 0
+               else "less at some loads and more at others")
+    assert f"cost {verdict} per million" in n["serving_sentence"]
+    assert f"cheaper in {cheaper} of {len(drafted)} loads" in n["serving_sentence"]
+    lost = draft_memory().iloc[-1]["kv_capacity_lost"]
+    assert f"{lost:.1%} of the KV cache" in n["memory_sentence"]
 
 
 def test_the_draft_chapter_states_what_its_cells_show():

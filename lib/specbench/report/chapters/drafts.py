@@ -15,6 +15,7 @@ from specbench.derive.drafts import (
     table3,
 )
 from specbench.report.numbers import Numbers
+from specbench.report.wording import and_list
 from specbench.report.plan.worksheet import (
     DEMAND_TOKENS_PER_S,
     ITL_SLO_MS,
@@ -218,15 +219,17 @@ def _serving_findings(n: Numbers, root) -> None:
     cheaper, change = _cheaper(levels, drafted["drafter"].iloc[0])
     ngram_cheaper, _ = _cheaper(levels, "n-gram")
     cases = len(drafted)
+    verdict = ("less" if cheaper == cases else "more" if cheaper == 0
+               else "less at some loads and more at others")
+    loads = and_list([str(c) for c in sorted(levels["concurrency"].unique())])
     n.add(serving_runs=sorted(levels["run_id"].unique()),
           serving_sentence=(
-              f"Under load ({', '.join(sorted(levels['workload'].unique()))} prompts, "
-              f"concurrency {_span(levels['concurrency'])}), the {drafted['arm'].iloc[0]} arm "
-              f"ran at {_span(drafted['speedup'], 2)}× speculation off's speed and cost "
-              f"{'less' if cheaper == cases else 'more' if cheaper == 0 else 'less or more'} "
-              f"per million SLO-qualified tokens than doing nothing: cheaper in "
-              f"{cheaper} of {cases} levels (median change {change:+.0f} %), where n-gram "
-              f"was cheaper in {ngram_cheaper}"))
+              f"Under load ({and_list(sorted(levels['workload'].unique()))} prompts at "
+              f"concurrency {loads}), the {drafted['arm'].iloc[0]} server ran at "
+              f"{_span(drafted['speedup'], 2)}× the speed of speculation off and cost {verdict} "
+              f"per million SLO-qualified tokens than doing nothing (cheaper in {cheaper} of "
+              f"{cases} loads, median change {change:+.0f} %); n-gram was cheaper in "
+              f"{ngram_cheaper}"))
     _memory_findings(n, root)
 
 
@@ -235,7 +238,7 @@ def _second_engine_findings(n: Numbers, root) -> None:
     cells = draft_cells(root, engine="transformers")
     if cells.empty:
         n.add(hf_runs="none", hf_sentence="transformers' assisted generation, the second "
-              "engine, has not drafted with these drafts yet (`ENGINE=transformers make "
+              "engine, has not drafted with these drafts yet (`DRAFT_ENGINE=transformers make "
               "measure-drafts`)")
         return
     faster = int((cells["speedup"] > 1).sum())
