@@ -12,11 +12,13 @@
 # COUNT requests per level. The serving run's manifest keeps the plan as it was before the load.
 #
 # The plan prices each step of its load prediction from the servers' own steps: before planning,
-# a short serving probe (its own serving run: speculation off and the largest γ at every level,
-# PROBE_COUNT prompts of PROBE_CATEGORY, never the held-out CATEGORY) records what a step costs
+# a short serving probe (its own serving run: speculation off, γ=2 and the largest γ at every
+# level, PROBE_COUNT prompts of PROBE_CATEGORY, never the held-out CATEGORY) records what a step costs
 # where the API server, the benchmark client and the engine share the cores. PROBE_CATEGORY is by
 # default the other category whose prompts are nearest in length, so the probe's steps read the
-# contexts the held-out prompts will; every level, so rows and context vary apart.
+# contexts the held-out prompts will; every level, so rows and context vary apart; two drafting
+# γ, so the cost of a drafting step and the cost of each drafted token are told apart
+# (PROBE_GAMMAS).
 # PROBE=off prices from the `make book` sweep's offline steps instead.
 #
 # Killed or interrupted? Run it again with the same settings: it resumes the serving run it
@@ -55,7 +57,8 @@ if [ "${PROBE:-on}" != off ]; then
              "prompts the plan is checked on; choose another" >&2
         exit 2
     fi
-    probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $levels"
+    probe_gammas=${PROBE_GAMMAS:-0,2,6}
+    probe_inputs="$calibration $probe_category ${PROBE_COUNT:-16} $levels $probe_gammas"
     probe_record=$folder/probe-run-$(printf '%s' "$probe_inputs" | sha256sum | cut -c1-16)
     complete='import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "complete")'
     if [ -s "$probe_record" ] && $py -c "$complete" "$(cat "$probe_record")/manifest.json" 2>/dev/null; then
@@ -64,7 +67,7 @@ if [ "${PROBE:-on}" != off ]; then
         $py -m specbench.cli.main serve-bench --resume "$(cat "$probe_record")"
     else
         SPECBENCH_RUN_RECORD=$probe_record $py -m specbench.cli.main serve-bench \
-            --workloads "$probe_category" --gammas 0,6 \
+            --workloads "$probe_category" --gammas "$probe_gammas" \
             --concurrencies "$levels" --request-rates '' \
             --num-prompts "${PROBE_COUNT:-16}" --output-len 64 --step-cost-probe \
             --notes "step-cost probe for plan-under-load: the servers' own steps price the plan's load prediction"

@@ -99,7 +99,7 @@ def test_the_draft_chapter_states_what_its_serving_runs_show():
     assert f"cost {verdict} per million" in n["serving_sentence"]
     assert f"cheaper in {cheaper} of {len(drafted)} loads" in n["serving_sentence"]
     lost = draft_memory().iloc[-1]["kv_capacity_lost"]
-    assert f"{lost:.1%} of the KV cache" in n["memory_sentence"]
+    assert f"{100 * lost:.1f} % of the KV cache" in n["memory_sentence"]
 
 
 def test_the_draft_chapter_states_what_its_cells_show():

@@ -261,7 +261,7 @@ def test_the_step_cost_probe_is_served_once_resumed_if_killed_and_prices_the_pla
 
     assert script().returncode == 137                     # killed in the probe
     (probe,) = store.iterdir()
-    assert "--workloads translation --gammas 0,6 --concurrencies 1,2,4" in calls()[-1]
+    assert "--workloads translation --gammas 0,2,6 --concurrencies 1,2,4" in calls()[-1]
     assert script().returncode == 137                     # probe resumed, then the load killed
     assert f"serve-bench --resume {probe}" in "\n".join(calls())
     (plan,) = [c for c in calls() if c.startswith(PLAN_COMMAND)]

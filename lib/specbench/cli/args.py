@@ -83,6 +83,29 @@ def gamma_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def rate_list(text: str) -> tuple[float, ...]:
+    """Comma-separated request rates; an empty string means none."""
+    try:
+        return tuple(float(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        _fail(f"expected comma-separated numbers, got {text!r}")
+
+
+def draft_arms(text: str) -> tuple[tuple[int, int], ...]:
+    """Comma-separated DEPTH:GAMMA pairs (a draft model's arms); an empty string means none."""
+    arms = []
+    for item in (t for t in text.split(",") if t.strip()):
+        depth, sep, gamma = item.partition(":")
+        try:
+            pair = (int(depth), int(gamma))
+        except ValueError:
+            pair = None
+        if not sep or pair is None or min(pair) < 1:
+            _fail(f"expected DEPTH:GAMMA pairs of whole numbers >= 1 (e.g. 4:2), got {item!r}")
+        arms.append(pair)
+    return tuple(arms)
+
+
 def batch_list(text: str) -> tuple[int, ...]:
     """Batch sizes: whole numbers >= 1."""
     return int_list(text, 1, "batch")

@@ -127,10 +127,9 @@ def _sweep_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-method", default="ngram", choices=("ngram", "ngram_gpu"),
                    help="vLLM n-gram proposer: ngram (CPU, the paper's) or ngram_gpu (GPU only)")
     p.add_argument("--draft-depth", type=cliargs.positive_int, default=None, metavar="K",
-                   help="draft with the model's first K decoder layers (vLLM method "
-                        "draft_model; with --engine transformers, its assisted generation; "
-                        "built once by `specbench draft`) instead of n-gram lookup: a "
-                        "'draft-sweep' run, kept apart from the n-gram analyses")
+                   help="draft with the model's first K layers (vLLM's draft_model, or "
+                        "transformers' assisted generation; built once by `specbench draft`): "
+                        "a 'draft-sweep' run, kept apart from the n-gram analyses")
     _engine_patch_arg(p)
     p.add_argument("--judged-against", metavar="PREDICTION_RUN", type=cliargs.existing_dir,
                    help="a sealed prediction of this SKU (`specbench predict`), closed before "
@@ -168,31 +167,6 @@ def config_from_args(args):
                                        else None))
 
 
-def _rates(text: str) -> tuple[float, ...]:
-    """Comma-separated request rates; an empty string means none."""
-    try:
-        return tuple(float(x) for x in text.split(",")) if text else ()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _draft_arms(text: str) -> tuple[tuple[int, int], ...]:
-    """Comma-separated DEPTH:GAMMA pairs (a draft model's arms); an empty string means none."""
-    arms = []
-    for item in (t for t in text.split(",") if t.strip()) if text else ():
-        depth, sep, gamma = item.partition(":")
-        try:
-            pair = (int(depth), int(gamma))
-        except ValueError:
-            pair = None
-        if not sep or pair is None or pair[0] < 1 or pair[1] < 1:
-            raise argparse.ArgumentTypeError(
-                f"expected DEPTH:GAMMA pairs of whole numbers >= 1 (e.g. 4:2), got {item!r}")
-        arms.append(pair)
-    return tuple(arms)
-
-
 def _serve_args(p: argparse.ArgumentParser) -> None:
     from specbench.measure.serving import DEFAULT_DATASET, default_slo
     slo = default_slo()
@@ -204,7 +178,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    "file:PROMPTS.jsonl (vLLM's custom-dataset format, as plan --workload-file)")
     p.add_argument("--concurrencies", type=_ints, default=(1, 2, 4, 8),
                    help="closed-loop levels, requests in flight (1,2,4,8)")
-    p.add_argument("--request-rates", type=_rates, default=(1.0,),
+    p.add_argument("--request-rates", type=cliargs.rate_list, default=(1.0,),
                    help="open-loop levels, Poisson requests/s (1); '' for none")
     p.add_argument("--num-prompts", type=int, default=8, help="requests per level (8)")
     p.add_argument("--output-len", type=int, default=64, help="tokens per request (64)")
@@ -227,11 +201,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="mark the run as a step-cost probe: its servers' step records price "
                         "`specbench plan --step-probe`'s load prediction, and the serving "
                         "chapter does not read it")
-    p.add_argument("--drafts", metavar="DEPTH:GAMMA[,…]", type=_draft_arms, default=(),
-                   help="one more server per pair, drafting GAMMA tokens with the model's "
-                        "first DEPTH layers (vLLM's draft_model proposer; the draft is built "
-                        "once, `specbench draft`); the run is a 'draft-serving' run, apart "
-                        "from the n-gram serving runs")
+    p.add_argument("--drafts", metavar="DEPTH:GAMMA[,…]", type=cliargs.draft_arms, default=(),
+                   help="a server per pair drafting GAMMA tokens with the first DEPTH layers "
+                        "(vLLM's draft_model): a 'draft-serving' run, apart from n-gram's")
     p.add_argument("--resume", metavar="RUN_DIR",
                    type=cliargs.run_folder_of("serving", "draft-serving"),
                    help="finish an interrupted serving run in place: its load and plan as "

@@ -28,7 +28,7 @@ from specbench.theory.economics import (
     cost_per_million,
     net_speedup,
 )
-from specbench.theory.errors import percent_error
+from specbench.theory.errors import percent_change, percent_error
 from specbench.theory.roofline import shape_from_manifest
 
 __all__ = ["draft_cells", "break_even", "cost_split", "table3", "best_draft", "draft_serving",
@@ -244,9 +244,17 @@ def _serving_rows(run: Run) -> list[dict]:
     price, demand = economics["price_per_replica_hour_usd"], economics["demand_tokens_per_s"]
     kv = {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
     off_tokens = kv.get("off", {}).get("tokens")
+
+    def usd(q: float) -> float:
+        # Whole replicas for the demand, as every serving cost in the book
+        # (report.serving_economics.add_costs); no qualified token, no price.
+        return cost_per_million(1, price, q, demand, demand)[1] if q > 0 else np.nan
+
     rows = []
     for (workload, level), group in levels.groupby(["workload", "concurrency"]):
-        off = group.loc[group["gamma"] == 0, "p50_tpot_ms"]
+        off = group[group["gamma"] == 0]
+        off_tpot = float(off["p50_tpot_ms"].iloc[0]) if len(off) else np.nan
+        off_usd = usd(float(off["qualified_tokens_per_s"].iloc[0])) if len(off) else np.nan
         for r in group.itertuples():
             q = float(r.qualified_tokens_per_s)
             tokens = kv.get(r.arm, {}).get("tokens")
@@ -254,13 +262,10 @@ def _serving_rows(run: Run) -> list[dict]:
                 "run_id": run.run_id, "sku": run.sku, "workload": workload,
                 "concurrency": int(level), "arm": r.arm, "drafter": _drafter(r),
                 "gamma": int(r.gamma), "tpot_ms": float(r.p50_tpot_ms),
-                "speedup": float(off.iloc[0]) / float(r.p50_tpot_ms) if len(off) else np.nan,
+                "speedup": off_tpot / float(r.p50_tpot_ms),
                 "alpha": float(r.alpha) if r.gamma else np.nan,
                 "slo_met_p95": bool(r.slo_met_p95), "qualified_tokens_per_s": q,
-                # Whole replicas for the demand, as every serving cost in the book
-                # (report.serving_economics.add_costs); no qualified token, no price.
-                "usd_per_million": cost_per_million(1, price, q, demand, demand)[1]
-                if q > 0 else np.nan,
+                "usd_per_million": usd(q), "cost_change_pct": percent_change(usd(q), off_usd),
                 "kv_tokens": tokens,
                 "kv_bytes_per_token": kv.get(r.arm, {}).get("bytes_per_token"),
                 "kv_capacity_lost": 1 - tokens / off_tokens if tokens and off_tokens
@@ -272,14 +277,15 @@ def _serving_rows(run: Run) -> list[dict]:
 def draft_serving(root=DEFAULT_ROOT) -> pd.DataFrame:
     """One row per arm and closed-loop level of every 'draft-serving' run (`make
     serving-drafts`): median TPOT, speedup over speculation off at that level, the counters'
-    α, the SLO at p95, the cost per million SLO-qualified tokens (the run's price and demand),
+    α, the SLO at p95, the cost per million SLO-qualified tokens (the run's price and demand)
+    and its change over speculation off's at that level (percent; NaN where either is),
     and the KV cache the engine allocated (tokens, bytes per token) with the share of the
     off server's capacity the arm lost. Empty without such a run."""
     rows = [row for run in load_runs(root, kind="draft-serving") for row in _serving_rows(run)]
     return pd.DataFrame(rows, columns=[
         "run_id", "sku", "workload", "concurrency", "arm", "drafter", "gamma", "tpot_ms",
         "speedup", "alpha", "slo_met_p95", "qualified_tokens_per_s", "usd_per_million",
-        "kv_tokens", "kv_bytes_per_token", "kv_capacity_lost"])
+        "cost_change_pct", "kv_tokens", "kv_bytes_per_token", "kv_capacity_lost"])
 
 
 def draft_memory(root=DEFAULT_ROOT) -> pd.DataFrame:

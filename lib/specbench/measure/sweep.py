@@ -51,9 +51,8 @@ def make_engine(cfg: SweepConfig, model: str, gamma: int, run: Run | None = None
     ``run`` (async scheduling overlaps steps, which records cannot time: none then)."""
     if cfg.engine == "transformers":
         from specbench.engine.transformers_engine import HFEngineSettings, TransformersEngine
-        return TransformersEngine(HFEngineSettings(
-            model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
-            draft_model=cfg.resolved_draft() if cfg.draft_depth is not None else None))
+        return TransformersEngine(HFEngineSettings(model=model, gamma=gamma, dtype=cfg.dtype,
+                                                   seed=cfg.seed, **cfg.draft_setting()))
     records = (str(run.path / STEP_RECORDS) if run is not None and not cfg.async_scheduling
                else None)
     return Engine(EngineSettings(model=model, gamma=gamma, dtype=cfg.dtype, seed=cfg.seed,
@@ -73,9 +72,7 @@ def _gpu_share(cfg: SweepConfig) -> float | None:
 
 def _manifest(cfg: SweepConfig, model: str) -> dict:
     if cfg.engine == "transformers":
-        drafting = ({"draft_model": cfg.resolved_draft()} if cfg.draft_depth is not None
-                    else {})
-        base = contract(cfg.run_kind(), model, cfg.dtype, engine="transformers", **drafting)
+        base = contract(cfg.run_kind(), model, cfg.dtype, "transformers", **cfg.draft_setting())
     else:
         base = contract(cfg.run_kind(), model, cfg.dtype)
         # The execution mode every arm of this sweep runs in (async scheduling, graph mode).

@@ -95,6 +95,10 @@ class SweepConfig:
         """The draft's folder, built once from the model (specbench.engine.drafts)."""
         return _draft_folder(self.resolved_model(), self.draft_depth)
 
+    def draft_setting(self) -> dict:
+        """``{"draft_model": folder}`` where the sweep drafts with a draft model, else {}."""
+        return {"draft_model": self.resolved_draft()} if self.draft_depth is not None else {}
+
     def run_kind(self) -> str:
         """'draft-sweep' for a sweep that drafts with a draft model or times a draft alone;
         'sweep' (n-gram drafting, what every other analysis reads) otherwise."""
@@ -149,9 +153,7 @@ class SweepConfig:
                                  "has none")
             from specbench.engine.transformers_engine import HFEngineSettings
             HFEngineSettings(model=self.resolved_model(), dtype=self.dtype,
-                             gamma=max(self.gammas),
-                             draft_model=self.resolved_draft() if self.draft_depth else None
-                             ).validate()
+                             gamma=max(self.gammas), **self.draft_setting()).validate()
             return
         if self.draft_depth is not None and self.speculative_method != "ngram":
             raise ValueError(f"draft_depth replaces the n-gram proposer: speculative_method "

@@ -199,10 +199,7 @@ def _cheaper(levels: pd.DataFrame, drafter: str) -> tuple[int, float]:
     """In how many levels ``drafter`` cost less per million SLO tokens than speculation off,
     and the median change in percent (a level where either served no qualified token counts
     as not cheaper)."""
-    key = ["run_id", "workload", "concurrency"]
-    off = levels[levels["drafter"] == "off"].set_index(key)["usd_per_million"]
-    arm = levels[levels["drafter"] == drafter].set_index(key)["usd_per_million"]
-    change = (arm / off.reindex(arm.index) - 1) * 100
+    change = levels.loc[levels["drafter"] == drafter, "cost_change_pct"]
     return int((change < 0).sum()), float(change.median())
 
 
@@ -229,7 +226,7 @@ def _serving_findings(n: Numbers, root) -> None:
               f"{_span(drafted['speedup'], 2)}× the speed of speculation off and cost {verdict} "
               f"per million SLO-qualified tokens than doing nothing (cheaper in {cheaper} of "
               f"{cases} loads, median change {change:+.0f} %); n-gram was cheaper in "
-              f"{ngram_cheaper}"))
+              f"{ngram_cheaper} of {cases}"))
     _memory_findings(n, root)
 
 
@@ -245,7 +242,8 @@ def _second_engine_findings(n: Numbers, root) -> None:
     n.add(hf_runs=sorted(set(cells["run_id"]) | set(cells["alone_run"].dropna())),
           hf_sentence=(
               f"On the second engine, transformers' assisted generation at batch 1, the same "
-              f"drafts ran {faster} of {len(cells)} cells faster than the target alone "
+              f"drafts ran {'none' if faster == 0 else faster} of the {len(cells)} cells faster "
+              f"than the target alone "
               f"(speedups {_span(cells['speedup'], 2)}); its counters' acceptance is "
               f"{_by_depth(cells, 'alpha')}, and the draft alone's c is "
               f"{_by_depth(cells, 'c_leviathan')}"))
@@ -257,14 +255,17 @@ def _memory_findings(n: Numbers, root) -> None:
         n.add(memory_sentence="The served engines reported no KV cache size")
         return
     m = memory.iloc[-1]
-    predicted = m.depth / (m.target_layers + m.depth)
+    layers = int(m.target_layers + m.depth)
+    predicted = m.depth / layers
     n.add(memory_sentence=(
         f"Read from the engine, the depth-{m.depth} draft's layers took "
-        f"{m.kv_capacity_lost:.1%} of the KV cache's capacity ({m.kv_tokens_off:,} tokens in "
-        f"{m.kv_gib:.0f} GiB became {m.kv_tokens_draft:,}), "
-        f"{'as' if abs(m.kv_capacity_lost - predicted) < 0.005 else 'against'} the "
-        f"{predicted:.1%} its share of the layers predicts. Its weights are "
-        f"{m.draft_weights_mb:.0f} MB beside the target's {m.target_weights_mb:.0f} MB"))
+        f"{100 * m.kv_capacity_lost:.1f} % of the KV cache's capacity ({m.kv_tokens_off:,} "
+        f"tokens in {m.kv_gib:.0f} GiB became {m.kv_tokens_draft:,}), "
+        + (f"as its {m.depth} of {layers} layers predict" if abs(m.kv_capacity_lost - predicted)
+           < 0.005 else f"where its {m.depth} of {layers} layers predict "
+           f"{100 * predicted:.1f} %")
+        + f". Its weights are {m.draft_weights_mb:.0f} MB beside the target's "
+        f"{m.target_weights_mb:.0f} MB"))
 
 
 def numbers(root=DEFAULT_ROOT) -> Numbers:

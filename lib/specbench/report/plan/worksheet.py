@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specbench.derive.drafts import engine_of
 from specbench.report.plan.acceptance import counter_rows, per_position_acceptance
 from specbench.report.plan.from_runs import latest_sweeps, ok_cells
 from specbench.report.plan.gamma import model_inputs
@@ -138,12 +139,12 @@ def priced_decisions(price: pd.DataFrame) -> pd.DataFrame:
 def draft_costs(root=DEFAULT_ROOT, price_per_replica_hour: float = PRICE_PER_REPLICA_HOUR,
                 itl_slo_ms: float = ITL_SLO_MS,
                 demand_tokens_per_s: float = DEMAND_TOKENS_PER_S) -> pd.DataFrame:
-    """Per draft sweep, depth, workload and batch: the target alone (its paired γ=0 arm) priced
+    """Per vLLM draft sweep, depth, workload and batch: the target alone (its paired γ=0 arm) priced
     as :func:`priced` prices a sweep's cells, beside the cheapest drafted γ; ``change_pct`` is
     the draft's cost per million tokens over the target alone's, SLO aside (negative: the draft
     cuts cost), and each side's SLO verdict."""
-    runs = [r for r in load_runs(root, kind="draft-sweep")
-            if r.manifest["grid"].get("draft_depth") is not None]
+    runs = [r for r in load_runs(root, kind="draft-sweep")   # vLLM's: what a server runs
+            if r.manifest["grid"].get("draft_depth") is not None and engine_of(r) == "vllm"]
     price = priced(price_per_replica_hour, itl_slo_ms, demand_tokens_per_s, root, runs)
     if price.empty:
         return pd.DataFrame()
@@ -171,10 +172,7 @@ def kv_bytes_per_token(shape: ModelShape) -> float:
 
 
 def _weight_bytes(shape: ModelShape) -> float:
-    hd = shape.head_dim
-    per_layer = (shape.hidden * (shape.heads * hd + 2 * shape.kv_heads * hd)
-                 + shape.heads * hd * shape.hidden + 3 * shape.hidden * shape.intermediate)
-    return (shape.layers * per_layer + shape.vocab * shape.hidden) * shape.weight_bytes
+    return shape.weight_elements() * shape.weight_bytes
 
 
 def hypothetical_draft_kv(run: Run, draft_layer_fraction: float = 0.25) -> dict:
