@@ -237,12 +237,17 @@ def _drafter(row) -> str:
     return f"draft k{int(depth)}" if depth == depth else "n-gram"
 
 
+def _server_kv(run: Run) -> dict[str, dict]:
+    """Each arm's KV cache as its server's engine reported it (empty where it did not)."""
+    return {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
+
+
 def _serving_rows(run: Run) -> list[dict]:
     levels = run.table("levels.csv")
     levels = levels[levels["mode"] == "concurrency"]
     economics = run.manifest["economics"]
     price, demand = economics["price_per_replica_hour_usd"], economics["demand_tokens_per_s"]
-    kv = {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
+    kv = _server_kv(run)
     off_tokens = kv.get("off", {}).get("tokens")
 
     def usd(q: float) -> float:
@@ -257,6 +262,7 @@ def _serving_rows(run: Run) -> list[dict]:
         off_usd = usd(float(off["qualified_tokens_per_s"].iloc[0])) if len(off) else np.nan
         for r in group.itertuples():
             q = float(r.qualified_tokens_per_s)
+            cost = usd(q)
             tokens = kv.get(r.arm, {}).get("tokens")
             rows.append({
                 "run_id": run.run_id, "sku": run.sku, "workload": workload,
@@ -265,7 +271,7 @@ def _serving_rows(run: Run) -> list[dict]:
                 "speedup": off_tpot / float(r.p50_tpot_ms),
                 "alpha": float(r.alpha) if r.gamma else np.nan,
                 "slo_met_p95": bool(r.slo_met_p95), "qualified_tokens_per_s": q,
-                "usd_per_million": usd(q), "cost_change_pct": percent_change(usd(q), off_usd),
+                "usd_per_million": cost, "cost_change_pct": percent_change(cost, off_usd),
                 "kv_tokens": tokens,
                 "kv_bytes_per_token": kv.get(r.arm, {}).get("bytes_per_token"),
                 "kv_capacity_lost": 1 - tokens / off_tokens if tokens and off_tokens
@@ -295,7 +301,7 @@ def draft_memory(root=DEFAULT_ROOT) -> pd.DataFrame:
     weights of target and draft (their shapes' weight elements at the run's weight bytes)."""
     rows = []
     for run in load_runs(root, kind="draft-serving"):
-        servers = {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
+        servers = _server_kv(run)
         shape = shape_from_manifest(run.manifest.get("model_shape"))
         off = servers.get("off", {})
         for arm in run.manifest["grid"]["arms"]:

@@ -13,13 +13,14 @@ whose provenance names another source or depth is refused, not reused.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["DraftError", "target_layers", "draft_dir", "build_draft", "check_draft",
+__all__ = ["DraftError", "target_layers", "draft_dir", "build_draft", "built_draft", "check_draft",
            "is_draft", "draft_record", "PROVENANCE"]
 
 PROVENANCE = "specbench-provenance.json"
@@ -121,6 +122,13 @@ def build_draft(target: Path, depth: int) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
+
+
+@functools.cache
+def built_draft(model: str, depth: int) -> str:
+    """:func:`build_draft`'s folder for a model path, once per process: its key hashes the
+    model's weights, and a sweep or a serving run asks for it per engine."""
+    return str(build_draft(Path(model), depth))
 
 
 def is_draft(folder) -> bool:

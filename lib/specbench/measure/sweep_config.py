@@ -2,10 +2,8 @@
 any engine starts, and the names of its units of work (:func:`cell_key`)."""
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from specbench.engine.hardware import resolve_dtype
 from specbench.engine.vllm_engine import DTYPES, EngineSettings
@@ -93,7 +91,8 @@ class SweepConfig:
 
     def resolved_draft(self) -> str:
         """The draft's folder, built once from the model (specbench.engine.drafts)."""
-        return _draft_folder(self.resolved_model(), self.draft_depth)
+        from specbench.engine.drafts import built_draft
+        return built_draft(self.resolved_model(), self.draft_depth)
 
     def draft_setting(self) -> dict:
         """``{"draft_model": folder}`` where the sweep drafts with a draft model, else {}."""
@@ -219,13 +218,6 @@ class SweepConfig:
 
 
 ENGINES = ("vllm", "transformers")
-
-
-@functools.cache
-def _draft_folder(model: str, depth: int) -> str:
-    # Cached: the key hashes the model's weights, and engine_options is read per engine.
-    from specbench.engine.drafts import build_draft
-    return str(build_draft(Path(model), depth))
 
 
 def cell_key(gamma, workload: str, batch: int, temperature: float = 0.0) -> str:

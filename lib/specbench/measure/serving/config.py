@@ -251,8 +251,8 @@ class ServingConfig:
     def draft_folder(self, depth: int) -> str:
         """The depth-``depth`` draft of the served model, built once (a depth out of range
         is a :class:`~specbench.engine.drafts.DraftError`, before any server starts)."""
-        from specbench.engine.drafts import build_draft
-        return str(build_draft(Path(self.resolved_model()), depth))
+        from specbench.engine.drafts import built_draft
+        return built_draft(self.resolved_model(), depth)
 
     def engine_settings(self, arm: Arm, **extra) -> EngineSettings:
         """The engine a server for ``arm`` runs."""
