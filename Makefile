@@ -161,9 +161,12 @@ test-fast: setup  ## lint (ruff, the layering contract) and the unit tests: no e
 	$(VENV)/bin/lint-imports
 	$(PYTEST) -m "not ($(SLOW_MARKERS))" tests
 
+# BOOK_JOBS: the chapters one at a time where `make test` runs this beside the fast suite (on two
+# cores it would only slow the longer fast lane); `make references` may pass BOOK_JOBS= to use all.
+BOOK_JOBS ?= 1
 test-book: setup  ## render the committed run store into _build/test (what the book and data tests read)
 	scripts/committed_store.sh $(TEST_STORE) >/dev/null
-	SPECBENCH_RUNS=$(TEST_STORE) BOOK_OUT=$(TEST_OUT) scripts/build_book.sh
+	SPECBENCH_RUNS=$(TEST_STORE) BOOK_OUT=$(TEST_OUT) BOOK_JOBS=$(BOOK_JOBS) scripts/build_book.sh
 
 test-data: setup  ## checks of the committed runs (not of the code)
 	scripts/committed_store.sh $(TEST_STORE) >/dev/null

@@ -3,6 +3,8 @@
 # (BOOK_OUT defaults to the checkout: _build/html). Chapters are executed with Jupyter Book's
 # cache, which keys on a notebook's code only; a new run or a library change must re-execute
 # them, so the cache is dropped whenever the run store or lib/ differ from the last build.
+# myst-nb executes one chapter at a time; scripts/execute_chapters.py fills the same cache first,
+# several at a time, so the build below finds them executed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs_root=${SPECBENCH_RUNS:-runs}
@@ -15,4 +17,6 @@ if [ "$(cat "$out/_build/.data-key" 2>/dev/null)" != "$key" ]; then
   rm -rf "$out/_build/.jupyter_cache" "$out/_build/.doctrees"
   echo "$key" > "$out/_build/.data-key"
 fi
+# The chapters run BOOK_JOBS at a time (default: every CPU) into the cache the build reads.
+.venv/bin/python scripts/execute_chapters.py "$out/_build/.jupyter_cache" --jobs "${BOOK_JOBS:-$(nproc)}"
 exec .venv/bin/jupyter-book build . --path-output "$out" -W --keep-going

@@ -6,10 +6,20 @@ compares them with tests/nbval/<chapter>.ipynb (`make references` writes both fr
 build). A changed number in the committed runs, or a changed analysis, fails here with the
 cell and the two values.
 """
+from pathlib import Path
+
 import nbformat
 import pytest
 
-from chapter_outputs import REFERENCES, chapters, differences, executed, sanitize_patterns, strip
+from chapter_outputs import (
+    REFERENCES,
+    book_build,
+    chapters,
+    differences,
+    executed,
+    sanitize_patterns,
+    strip,
+)
 
 pytestmark = pytest.mark.book
 
@@ -24,3 +34,18 @@ def test_chapter_outputs_equal_the_reference(chapter):
         pytest.fail(str(exc))
     problems = differences(strip(built, sanitize_patterns()), nbformat.read(reference, 4))
     assert not problems, f"{chapter.name} differs from {reference.name}:\n" + "\n".join(problems)
+
+
+def test_the_build_used_the_chapters_executed_before_it():
+    """scripts/execute_chapters.py executes the chapters into the cache before Jupyter Book
+    reads them, and marks its records. Had the build not matched one (another reader, another
+    hash), myst-nb would have executed it again, under a record of its own without the mark."""
+    from jupyter_cache import get_cache
+    cache_dir = book_build() / ".jupyter_cache"
+    if not cache_dir.is_dir():
+        pytest.fail(f"{cache_dir}: no execution cache — build the book first")
+    records = get_cache(cache_dir).list_cache_records()
+    by_build = sorted(Path(r.uri).name for r in records
+                      if (r.data or {}).get("executed_by") != "scripts/execute_chapters.py")
+    assert not by_build, f"executed by the build, not before it: {by_build}"
+    assert {Path(r.uri).name for r in records} >= {p.name for p in chapters()}

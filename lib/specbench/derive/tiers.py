@@ -17,6 +17,7 @@ in-sample tier has no ratio comparator (NaN), unless the table holds the cell tw
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -24,6 +25,7 @@ import pandas as pd
 
 from specbench.derive import step_cost
 from specbench.derive.transfer import lends
+from specbench.store.cache import memoised
 from specbench.theory.errors import mape_of, percent_error
 
 __all__ = ["TIERS", "cpu_kind", "tier_predictions", "tier_mape"]
@@ -31,6 +33,7 @@ __all__ = ["TIERS", "cpu_kind", "tier_predictions", "tier_mape"]
 TIERS = ("same host", "same CPU kind", "another CPU kind")
 
 
+@functools.cache
 def cpu_kind(sku: str) -> str:
     """The CPU part of a SKU id: without its threads, dtype and engine suffix."""
     return re.sub(r"-\d+t-.*$", "", sku)
@@ -48,9 +51,11 @@ def _questions(cell, requests: pd.DataFrame) -> list[str]:
     return str(getattr(cell, "requests", "") or "").split()
 
 
-def _tier_of(target, lender_sku: pd.Series, lender_session: pd.Series, tier: str) -> pd.Series:
+def _tier_of(target, lenders: pd.DataFrame, tier: str) -> pd.Series:
+    """Which of ``lenders`` (with a ``cpu_kind`` column) lend to ``target`` in ``tier``."""
+    lender_sku, lender_session = lenders["sku"], lenders["host_session"]
     same_host = (lender_sku == target.sku) & (lender_session == target.host_session)
-    kind = lender_sku.map(cpu_kind) == cpu_kind(target.sku)
+    kind = lenders["cpu_kind"] == cpu_kind(target.sku)
     if tier == "same host":
         return same_host
     if tier == "same CPU kind":
@@ -58,15 +63,25 @@ def _tier_of(target, lender_sku: pd.Series, lender_session: pd.Series, tier: str
     return ~kind
 
 
+def _with_kind(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(cpu_kind=frame["sku"].map(cpu_kind)) if len(frame) else frame
+
+
+@memoised   # the index, the story and the accuracy chapter read the same tiers
 def tier_predictions(cells: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per Spec-Bench cell × tier that could lend to it: the predicted and measured
     speedups and both errors. ``cells`` is :func:`specbench.derive.analysis.sweep_cells` with
     ``every_session=True`` (or any table with its columns), ``requests``
     :func:`~specbench.derive.analysis.request_predictors` over every run."""
     greedy = cells[cells["temperature"] == 0]
-    lender_cells = greedy[lends(greedy["sku"])]
-    lender_requests = (requests[lends(requests["sku"]) & (requests["temperature"] == 0)]
-                       if len(requests) else requests)
+    lender_cells = _with_kind(greedy[lends(greedy["sku"])])
+    lender_requests = _with_kind(requests[lends(requests["sku"]) & (requests["temperature"] == 0)]
+                                 if len(requests) else requests)
+    # Split the lenders once by what a target filters them on (workload, γ, batch), so each
+    # of a thousand target × tier lookups filters a handful of rows, not the store.
+    cells_at = dict(list(lender_cells.groupby(["workload", "gamma", "batch"])))
+    requests_at = (dict(list(lender_requests.groupby(["workload", "gamma"])))
+                   if len(lender_requests) else {})
     rows = []
     for (sku, session), host in greedy.groupby(["sku", "host_session"], sort=True):
         cost = step_cost.step_costs(host).set_index(["gamma", "batch"])
@@ -76,12 +91,12 @@ def tier_predictions(cells: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
             if (t.gamma, t.batch) not in cost.index:
                 continue
             questions = _questions(t, requests)
+            cells_here = cells_at.get((t.workload, t.gamma, t.batch), lender_cells.iloc[0:0])
+            requests_here = requests_at.get((t.workload, t.gamma), lender_requests.iloc[0:0])
             for tier in TIERS:
-                lc = lender_cells[_tier_of(t, lender_cells["sku"],
-                                           lender_cells["host_session"], tier)]
-                lr = (lender_requests[_tier_of(t, lender_requests["sku"],
-                                               lender_requests["host_session"], tier)]
-                      if len(lender_requests) else lender_requests)
+                lc = cells_here[_tier_of(t, cells_here, tier)]
+                lr = (requests_here[_tier_of(t, requests_here, tier)]
+                      if len(requests_here) else requests_here)
                 lent = step_cost.lend(t.workload, t.gamma, t.batch, questions, dtype, lc, lr)
                 if lent is None:
                     continue

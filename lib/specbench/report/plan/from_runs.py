@@ -10,6 +10,7 @@ from specbench.report.plan.gamma import (
     next_token_divisor,
     predicted_pot,
     recommend,
+    run_acceptance,
 )
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 
@@ -88,13 +89,14 @@ def plan_from_runs(sku: str, root=DEFAULT_ROOT, batch: int | None = None,
         raise PlanInputError("--workload", f"workload {workload!r} was not measured in "
                              f"{run.run_id} (workloads: {sorted(set(cells['workload']))})")
     rows, skipped = [], []
+    acceptance = run_acceptance(run)
     for (w, b), group in cells.groupby(["workload", "batch"], sort=True):
         if (batch is not None and b != batch) or (workload is not None and w != workload):
             continue
         if not (group["gamma"] == 0).any():   # no baseline measured: nothing to plan against
             skipped.append(f"'{w}' batch {int(b)}")
             continue
-        inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
+        inputs = model_inputs(cells, run, int(b), w, headline_cells, root, acceptance)
         measured = dict(zip(group["gamma"].astype(int), group["speedup"], strict=True))
         part = [dict(run_id=run.run_id, sku=sku, workload=w, batch=int(b),
                      **_gamma_row(inputs, gamma, measured))

@@ -23,7 +23,7 @@ from specbench.theory.roofline import ModelShape, Sku, verify_overhead
 
 __all__ = ["NEAR_BEST_PCT", "TIE_RTOL", "recommend", "fastest", "relative_pot",
            "recommend_by_speedup", "predicted_pot", "plan_explicit", "parse_d", "ModelInputs",
-           "model_inputs", "next_token_divisor"]
+           "model_inputs", "run_acceptance", "next_token_divisor"]
 
 
 # A recommendation that misses the fastest measured γ but whose own measured speedup is within
@@ -114,32 +114,31 @@ def _roofline_d(run: Run, run_cells: pd.DataFrame, gammas, batch: int) -> dict[i
                                           context)) for g in gammas}
 
 
-@memoised
-def _sessions(root) -> dict[str, str]:
-    """Run id → host session (:func:`specbench.store.hosts.host_sessions`), once per store."""
-    from specbench.store.hosts import host_sessions
-    from specbench.store.runs import load_runs
-    return host_sessions(load_runs(root))
+@dataclass(frozen=True)
+class _HostInputs:
+    """Per run id: its host session, and the verify-step table of the latest kernel
+    microbenchmark of its SKU on that session (runs without one are absent: another host's
+    kernels are not this one's)."""
+    sessions: dict[str, str]
+    verify: dict[str, pd.DataFrame]
 
 
 @memoised
-def _session_verify(root) -> dict[str, pd.DataFrame]:
-    """Per run id, the verify-step table of the latest kernel microbenchmark of its SKU on its
-    host session (another host's kernels are not this one's); runs without one are absent.
-    Read once per store: the planner asks for every workload × batch of every SKU."""
+def _host_inputs(root) -> _HostInputs:
+    """Read once per store: the planner asks for every workload × batch of every SKU."""
     from specbench.store.hosts import host_sessions, latest_per_session
     from specbench.store.runs import load_runs
     every = load_runs(root)
     sessions = host_sessions(every)
     latest = latest_per_session(every, sessions)
-    return {r.run_id: latest[(r.sku, sessions[r.run_id])].table("verify.csv") for r in every
-            if (r.sku, sessions[r.run_id]) in latest}
+    return _HostInputs(sessions, {r.run_id: latest[(r.sku, sessions[r.run_id])].table("verify.csv")
+                                  for r in every if (r.sku, sessions[r.run_id]) in latest})
 
 
-def _micro_delta(root, run: Run, batch: int):
+def _micro_delta(host: _HostInputs, run: Run, batch: int):
     """Extra kernel ms of a verify step as a function of γ (linear between the measured γ),
-    from the run's host session's microbenchmark (:func:`_session_verify`), or None."""
-    v = _session_verify(root).get(run.run_id)
+    from the run's host session's microbenchmark, or None."""
+    v = host.verify.get(run.run_id)
     if v is None:
         return None
     v = v[v["batch"] == batch].sort_values("gamma")
@@ -148,15 +147,23 @@ def _micro_delta(root, run: Run, batch: int):
     return lambda g: float(np.interp(g, v["gamma"], v["delta_ms"]))
 
 
+def run_acceptance(run: Run) -> pd.DataFrame:
+    """:func:`per_position_acceptance` of the run's counters: what :func:`model_inputs` reads
+    per workload × batch (a caller planning many of them reads it once and hands it in)."""
+    return per_position_acceptance(counter_rows(run))
+
+
 def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
-                 cells: pd.DataFrame | None = None, root=DEFAULT_ROOT) -> ModelInputs:
+                 cells: pd.DataFrame | None = None, root=DEFAULT_ROOT,
+                 acceptance: pd.DataFrame | None = None) -> ModelInputs:
     """t_base, counter α, d(γ), host term h and exact divisor for one batch × workload.
 
     With ``cells`` (:func:`specbench.derive.analysis.sweep_cells`), the book's headline model: a
     drafting share s of the steps pays the microbenchmarked verify cost d and the cross-fitted
     host term h, so eq. 1's d(γ) becomes s·(d + h/t_base) and h_ms = 0 (d at γ+1 interpolated
     between the microbenchmarked γ). Without them, or for a SKU with no microbenchmark, the
-    frozen roofline with h = 0 (the paper's eq. 1).
+    frozen roofline with h = 0 (the paper's eq. 1). ``acceptance`` is the run's
+    :func:`run_acceptance`, read here where not given.
     """
     mine = run_cells[(run_cells["batch"] == batch) & (run_cells["workload"] == workload)]
     base = mine[mine["gamma"] == 0]
@@ -166,11 +173,12 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
     gammas = [int(g) for g in spec["gamma"]]
     t_base = float(base["pot_ms"].iloc[0])
     share = _drafting_share(spec, run)
-    delta = _micro_delta(root, run, batch) if cells is not None else None
+    host = _host_inputs(root) if cells is not None else None
+    delta = _micro_delta(host, run, batch) if host is not None else None
     headline = None
     if delta is not None:
         # The run's own host session: another host's h and t_base are not this one's.
-        headline = cells[(cells["host_session"] == _sessions(root).get(run.run_id))
+        headline = cells[(cells["host_session"] == host.sessions.get(run.run_id))
                          & (cells["sku"] == run.sku) & (cells["batch"] == batch)
                          & (cells["workload"] == workload) & (cells["temperature"] == 0)
                          & (cells["gamma"] > 0)].set_index("gamma")
@@ -195,7 +203,7 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
         divisor = {int(g): float(t)
                    for g, t in zip(spec["gamma"], spec["tokens_per_step"], strict=True)
                    if pd.notna(t) and t > 0}
-    pp = per_position_acceptance(counter_rows(run))
+    pp = run_acceptance(run) if acceptance is None else acceptance
     pp = pp[(pp["workload"] == workload) & (pp["batch"] == batch)]
     return ModelInputs(
         t_base_ms=t_base,

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.report.plan.gamma import recommend_by_speedup
-from specbench.report.serving_economics import crossover_point
+from specbench.report.serving_economics import crossover_point, resample, small_median
 from specbench.store.runs import Run
 from specbench.theory.errors import percent_error
 
@@ -167,7 +167,7 @@ def _envelope(tpots: list, draw=None) -> np.ndarray:
     """Speculation off over the best fixed γ, per level (resampled when ``draw`` is given;
     off first, then each γ ascending, so a seed gives the same draws every time)."""
     def med(values):
-        return np.median(draw(values) if draw else values)
+        return small_median(draw(values) if draw else values)
     return np.array([med(off) / min(med(v) for v in spec) for off, spec in tpots])
 
 
@@ -184,7 +184,7 @@ def crossover(run: Run, seed: int = 0) -> dict:
     tpots = _fixed_arm_tpots(closed, levels)
     measured = crossover_point(np.array(levels), _envelope(tpots))
     boot = np.array([crossover_point(np.array(levels), _envelope(
-        tpots, lambda v: rng.choice(v, len(v)))) for _ in range(N_BOOT)])
+        tpots, lambda v: resample(v, rng))) for _ in range(N_BOOT)])
     lo, hi = np.quantile(boot, [0.025, 0.975], method="inverted_cdf")
     predicted, predicted_lo, predicted_hi, source = _predicted_crossover(run.manifest["plan"])
     return {"measured": measured, "measured_lo": float(lo), "measured_hi": float(hi),

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 
 from specbench.derive.drafts import engine_of
-from specbench.report.plan.acceptance import counter_rows, per_position_acceptance
 from specbench.report.plan.from_runs import latest_sweeps, ok_cells
-from specbench.report.plan.gamma import model_inputs
+from specbench.report.plan.gamma import model_inputs, run_acceptance
 from specbench.report.plan.negative import rep_intervals
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.theory import economics
@@ -51,12 +50,12 @@ def break_even_table(root=DEFAULT_ROOT, headline_cells: pd.DataFrame | None = No
     rows = []
     for run in latest_sweeps(root):
         cells = ok_cells(run)
-        pp = per_position_acceptance(counter_rows(run)).set_index(
-            ["workload", "gamma", "batch"])
+        acceptance = run_acceptance(run)
+        pp = acceptance.set_index(["workload", "gamma", "batch"])
         for (w, b), group in cells.groupby(["workload", "batch"]):
             if not (group["gamma"] == 0).any():
                 continue
-            inputs = model_inputs(cells, run, int(b), w, headline_cells, root)
+            inputs = model_inputs(cells, run, int(b), w, headline_cells, root, acceptance)
             for gamma in sorted(inputs.alpha_by_gamma):
                 v = (inputs.d_by_gamma[gamma] + inputs.h_ms / inputs.t_base_ms) / gamma
                 be = _break_even(gamma, v)
