@@ -104,3 +104,34 @@ def test_weight_elements_of_the_embedded_models_shape():
                        kv_heads=3, vocab=49152)
     assert shape.weight_elements() == 134_515_008
     assert shape.weight_elements(4) == 49_152 * 576 + 576 + 4 * 3_540_096
+
+
+def test_the_draft_chapter_states_every_draft_server_not_the_first(monkeypatch):
+    """Two draft servers (two depths): the serving and memory findings count and span both."""
+    import pandas as pd
+
+    from specbench.report.chapters import drafts as chapter
+    from specbench.report.numbers import Numbers
+    level = {"run_id": "r", "workload": "summarization", "speedup": 1.0}
+    levels = pd.DataFrame([
+        {**level, "concurrency": c, "arm": arm, "drafter": drafter, "speedup": speedup,
+         "cost_change_pct": change}
+        for c in (1, 4)
+        for arm, drafter, speedup, change in (
+            ("draft k4 γ=2", "draft k4", 0.7, 40.0), ("draft k8 γ=2", "draft k8", 1.1, -5.0),
+            ("ngram γ=2", "n-gram", 1.2, -10.0), ("off", "off", 1.0, np.nan))])
+    memory = pd.DataFrame([
+        {"run_id": "r", "depth": d, "target_layers": 30, "kv_gib": 2.0, "kv_tokens_off": 100,
+         "kv_tokens_draft": 100 - lost, "kv_capacity_lost": lost / 100,
+         "draft_weights_mb": w, "target_weights_mb": 269.0}
+        for d, lost, w in ((4, 11.8, 85.0), (8, 21.1, 120.0))])
+    monkeypatch.setattr(chapter, "draft_serving", lambda root: levels)
+    monkeypatch.setattr(chapter, "draft_memory", lambda root: memory)
+    n = Numbers()
+    chapter._serving_findings(n, "unused")
+    serving, kv = n.values["serving_sentence"], n.values["memory_sentence"]
+    assert "the 2 draft servers (draft k4 γ=2 and draft k8 γ=2)" in serving
+    assert "0.70–1.10×" in serving and "cheaper in 2 of 4 loads" in serving
+    assert "n-gram was cheaper in 2 of 2" in serving
+    assert "2 draft servers (depth 4 and 8)" in kv and "11.8–21.1 %" in kv
+    assert "as the draft's share of the layers predicts" in kv   # 4/34 and 8/38

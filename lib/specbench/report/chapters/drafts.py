@@ -195,17 +195,16 @@ def _span(values, digits: int = 0) -> str:
     return low if low == high else f"{low}–{high}"
 
 
-def _cheaper(levels: pd.DataFrame, drafter: str) -> tuple[int, float]:
-    """In how many levels ``drafter`` cost less per million SLO tokens than speculation off,
-    and the median change in percent (a level where either served no qualified token counts
-    as not cheaper)."""
-    change = levels.loc[levels["drafter"] == drafter, "cost_change_pct"]
+def _cheaper(change: pd.Series) -> tuple[int, float]:
+    """In how many levels an arm cost less per million SLO tokens than speculation off (its
+    ``cost_change_pct`` below zero), and the median change in percent (a level where either
+    served no qualified token counts as not cheaper)."""
     return int((change < 0).sum()), float(change.median())
 
 
 def _serving_findings(n: Numbers, root) -> None:
-    """Under load (`make serving-drafts`): the draft against off and n-gram, priced, and the
-    memory the engine gave the draft's layers."""
+    """Under load (`make serving-drafts`): every draft server against off and n-gram, priced,
+    and the memory the engine gave the drafts' layers."""
     levels = draft_serving(root)
     if levels.empty:
         n.add(serving_runs="none", serving_sentence="No draft model was served under load yet "
@@ -213,20 +212,24 @@ def _serving_findings(n: Numbers, root) -> None:
               "served engine, and none was served yet")
         return
     drafted = levels[levels["drafter"].str.startswith("draft")]
-    cheaper, change = _cheaper(levels, drafted["drafter"].iloc[0])
-    ngram_cheaper, _ = _cheaper(levels, "n-gram")
+    cheaper, change = _cheaper(drafted["cost_change_pct"])
+    ngram = levels.loc[levels["drafter"] == "n-gram", "cost_change_pct"]
+    ngram_cheaper, _ = _cheaper(ngram)
     cases = len(drafted)
     verdict = ("less" if cheaper == cases else "more" if cheaper == 0
                else "less at some loads and more at others")
     loads = and_list([str(c) for c in sorted(levels["concurrency"].unique())])
+    arms = sorted(drafted["arm"].unique())
+    servers = (f"the {arms[0]} server" if len(arms) == 1
+               else f"the {len(arms)} draft servers ({and_list(arms)})")
     n.add(serving_runs=sorted(levels["run_id"].unique()),
           serving_sentence=(
               f"Under load ({and_list(sorted(levels['workload'].unique()))} prompts at "
-              f"concurrency {loads}), the {drafted['arm'].iloc[0]} server ran at "
+              f"concurrency {loads}), {servers} ran at "
               f"{_span(drafted['speedup'], 2)}× the speed of speculation off and cost {verdict} "
               f"per million SLO-qualified tokens than doing nothing (cheaper in {cheaper} of "
               f"{cases} loads, median change {change:+.0f} %); n-gram was cheaper in "
-              f"{ngram_cheaper} of {cases}"))
+              f"{ngram_cheaper} of {len(ngram)}"))
     _memory_findings(n, root)
 
 
@@ -250,22 +253,34 @@ def _second_engine_findings(n: Numbers, root) -> None:
 
 
 def _memory_findings(n: Numbers, root) -> None:
+    """The KV capacity the drafts' layers took, over every draft server of every run."""
     memory = draft_memory(root)
     if memory.empty:
         n.add(memory_sentence="The served engines reported no KV cache size")
         return
-    m = memory.iloc[-1]
-    layers = int(m.target_layers + m.depth)
-    predicted = m.depth / layers
+    layers = memory["target_layers"] + memory["depth"]
+    predicted = memory["depth"] / layers
+    as_predicted = bool(((memory["kv_capacity_lost"] - predicted).abs() < 0.005).all())
+    if len(memory) == 1:
+        m = memory.iloc[0]
+        n.add(memory_sentence=(
+            f"Read from the engine, the depth-{m.depth} draft's layers took "
+            f"{100 * m.kv_capacity_lost:.1f} % of the KV cache's capacity ({m.kv_tokens_off:,} "
+            f"tokens in {m.kv_gib:.0f} GiB became {m.kv_tokens_draft:,}), "
+            + (f"as its {m.depth} of {int(layers.iloc[0])} layers predict" if as_predicted
+               else f"where its {m.depth} of {int(layers.iloc[0])} layers predict "
+               f"{100 * predicted.iloc[0]:.1f} %")
+            + f". Its weights are {m.draft_weights_mb:.0f} MB beside the target's "
+            f"{m.target_weights_mb:.0f} MB"))
+        return
     n.add(memory_sentence=(
-        f"Read from the engine, the depth-{m.depth} draft's layers took "
-        f"{100 * m.kv_capacity_lost:.1f} % of the KV cache's capacity ({m.kv_tokens_off:,} "
-        f"tokens in {m.kv_gib:.0f} GiB became {m.kv_tokens_draft:,}), "
-        + (f"as its {m.depth} of {layers} layers predict" if abs(m.kv_capacity_lost - predicted)
-           < 0.005 else f"where its {m.depth} of {layers} layers predict "
-           f"{100 * predicted:.1f} %")
-        + f". Its weights are {m.draft_weights_mb:.0f} MB beside the target's "
-        f"{m.target_weights_mb:.0f} MB"))
+        f"Read from the engines of {len(memory)} draft servers (depth "
+        f"{and_list([str(d) for d in sorted(set(memory['depth']))])}), the drafts' layers took "
+        f"{_span(100 * memory['kv_capacity_lost'], 1)} % of the KV cache's capacity, "
+        + ("in each as the draft's share of the layers predicts" if as_predicted else
+           f"where the drafts' shares of the layers predict {_span(100 * predicted, 1)} %")
+        + f". Their weights are {_span(memory['draft_weights_mb'])} MB beside the target's "
+        f"{_span(memory['target_weights_mb'])} MB"))
 
 
 def numbers(root=DEFAULT_ROOT) -> Numbers:
