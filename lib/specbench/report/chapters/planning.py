@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbench.report.numbers import Numbers
+from specbench.report.wording import and_list
 from specbench.report.plan import (
     DEMAND_TOKENS_PER_S,
     ITL_SLO_MS,
@@ -24,6 +25,7 @@ from specbench.report.plan import (
     rep_intervals,
     speedup_interval,
 )
+from specbench.derive.drafts import draft_memory
 from specbench.derive.transfer import leave_one_sku_out
 from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.economics import speedup_grid  # noqa: F401  (the chapter's table)
@@ -323,6 +325,7 @@ def numbers(root=DEFAULT_ROOT, price_per_replica_hour: float = PRICE_PER_REPLICA
         "price_per_replica_hour": float(price_per_replica_hour), "itl_slo_ms": float(itl_slo_ms),
         "demand_tokens_per_s": float(demand_tokens_per_s),
         **_kv_numbers(kv, labels, first),
+        "kv_measured": _measured_draft_kv(root),
         "aggregate_phrase": _aggregate_phrase(be, labels),
     }
     for part in (_recommendation_numbers(cases, labels), _margin_numbers(spec),
@@ -348,6 +351,24 @@ def _kv_numbers(kv: dict, labels: dict, first) -> dict:
             "kv_target_layers": int(first.manifest["model_shape"]["layers"]),
             "kv_target_bytes_per_token": int(kv["target_kv_bytes_per_token"]),
             "kv_draft_weight_mib": kv["draft_weight_bytes"] / 2**20}
+
+
+def _measured_draft_kv(root) -> str:
+    """What the served draft models' layers took, beside the hypothetical (the draft chapter
+    reads the same table)."""
+    memory = draft_memory(root)
+    if memory.empty:
+        return "no draft model was served yet to measure it (`make serving-drafts`)"
+    depths = sorted(set(memory["depth"]))
+    predicted = memory["depth"] / (memory["target_layers"] + memory["depth"])
+    as_predicted = bool(((memory["kv_capacity_lost"] - predicted).abs() < 0.005).all())
+    low, high = 100 * memory["kv_capacity_lost"].min(), 100 * memory["kv_capacity_lost"].max()
+    lost = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f}"
+    who = (f"a served draft of depth {depths[0]}" if len(depths) == 1 else
+           f"served drafts of depth {and_list([str(d) for d in depths])}")
+    return (f"{who} took {lost} % of the capacity its engine reported, "
+            + ("its share of the layers" if as_predicted else
+               "not its share of the layers"))
 
 
 def _tables(plans, cases, regrets, be, neg, price, decisions, kv, paid_at_zero,
