@@ -15,7 +15,10 @@ ratio). ``s0 / t_step`` is the fixed share of a step: the paper's thesis is that
 small batches; where it stops dominating is what this model says.
 
 Fitted by ordinary least squares to one host session's step records, with 95 % t-intervals
-(least squares on relative errors was tried: it predicted a second run's steps worse). A
+(least squares on relative errors was tried: it predicted a second run's steps worse; least
+absolute deviations and Huber's loss were tried on the four sessions of 2026-12-07: they left
+the largest per-class errors, 17 to 36 %, where they were, for those are shifts of a whole
+class between two runs, not outliers). A
 term whose column never varies in the records (no prefill in a pure-decode probe) is left out
 and reported as unidentified, not guessed. A further term (:data:`EXTRA_TERMS`) enters only when
 it lowers the held-out error by more than the records' own noise: the paired difference of
