@@ -17,8 +17,8 @@ would. Each caller gets its own deep copy, so mutating a result never changes th
 
 Memoised today: ``analysis.sweep_cells`` and ``request_predictors``,
 ``transfer.leave_one_sku_out``, ``tiers.tier_predictions``, ``numbers.regime_table`` and the
-planner's host sessions and their microbenchmarks (``plan.gamma``). The pickles are trusted as the user's
-own files: point ``SPECBENCH_CACHE_DIR`` at a folder no one else writes.
+planner's host sessions and their microbenchmarks (``plan.gamma``). The pickles are trusted as
+the user's own files: point ``SPECBENCH_CACHE_DIR`` at a folder no one else writes.
 """
 from __future__ import annotations
 
