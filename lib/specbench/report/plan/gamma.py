@@ -173,15 +173,7 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
     gammas = [int(g) for g in spec["gamma"]]
     t_base = float(base["pot_ms"].iloc[0])
     share = _drafting_share(spec, run)
-    host = _host_inputs(root) if cells is not None else None
-    delta = _micro_delta(host, run, batch) if host is not None else None
-    headline = None
-    if delta is not None:
-        # The run's own host session: another host's h and t_base are not this one's.
-        headline = cells[(cells["host_session"] == host.sessions.get(run.run_id))
-                         & (cells["sku"] == run.sku) & (cells["batch"] == batch)
-                         & (cells["workload"] == workload) & (cells["temperature"] == 0)
-                         & (cells["gamma"] > 0)].set_index("gamma")
+    delta, headline = _headline(cells, run, batch, workload, root)
     if headline is not None and len(headline):
         h_ratio = float(headline["h_ratio"].iloc[0])
         d_by_gamma = {}
@@ -215,6 +207,21 @@ def model_inputs(run_cells: pd.DataFrame, run: Run, batch: int, workload: str,
         share_by_gamma=share,
         alpha_pp_by_gamma={int(g): float(a) for g, a in
                            zip(pp["gamma"], pp["alpha_per_position"], strict=True) if pd.notna(a)})
+
+
+def _headline(cells: pd.DataFrame | None, run: Run, batch: int, workload: str, root):
+    """The verify cost d(γ) of the run's host session's microbenchmark and the headline
+    model's speculative cells of the same session, SKU, batch and workload (greedy, by γ); None
+    for both without ``cells`` or a microbenchmark."""
+    host = _host_inputs(root) if cells is not None else None
+    delta = _micro_delta(host, run, batch) if host is not None else None
+    if delta is None:
+        return None, None
+    # The run's own host session: another host's h and t_base are not this one's.
+    return delta, cells[(cells["host_session"] == host.sessions.get(run.run_id))
+                        & (cells["sku"] == run.sku) & (cells["batch"] == batch)
+                        & (cells["workload"] == workload) & (cells["temperature"] == 0)
+                        & (cells["gamma"] > 0)].set_index("gamma")
 
 
 def _drafting_share(spec: pd.DataFrame, run: Run) -> dict[int, float]:
