@@ -123,7 +123,8 @@ def test_the_draft_chapter_states_every_draft_server_not_the_first(monkeypatch):
     memory = pd.DataFrame([
         {"run_id": "r", "depth": d, "target_layers": 30, "kv_gib": 2.0, "kv_tokens_off": 100,
          "kv_tokens_draft": 100 - lost, "kv_capacity_lost": lost / 100,
-         "draft_weights_mb": w, "target_weights_mb": 269.0}
+         "draft_weights_mb": w, "target_weights_mb": 269.0, "layer_share": d / (30 + d),
+         "as_layer_share": True}
         for d, lost, w in ((4, 11.8, 85.0), (8, 21.1, 120.0))])
     monkeypatch.setattr(chapter, "draft_serving", lambda root: levels)
     monkeypatch.setattr(chapter, "draft_memory", lambda root: memory)

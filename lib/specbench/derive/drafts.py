@@ -237,6 +237,11 @@ def _drafter(row) -> str:
     return f"draft k{int(depth)}" if depth == depth else "n-gram"
 
 
+# How far the KV capacity a draft took may lie from its share of the layers and still be called
+# that share: half a percentage point (a KV block's rounding is far smaller).
+LAYER_SHARE_TOLERANCE = 0.005
+
+
 def _server_kv(run: Run) -> dict[str, dict]:
     """Each arm's KV cache as its server's engine reported it (empty where it did not)."""
     return {s["arm"]: s.get("kv_cache") or {} for s in run.manifest.get("servers", [])}
@@ -298,7 +303,10 @@ def draft_memory(root=DEFAULT_ROOT) -> pd.DataFrame:
     """Per 'draft-serving' run and draft depth: the KV cache the engine allocated in the same
     space without and with the draft (tokens and bytes per token, from the servers' own
     ``vllm:cache_config_info``), the share of capacity the draft's layers took, and the
-    weights of target and draft (their shapes' weight elements at the run's weight bytes)."""
+    weights of target and draft (their shapes' weight elements at the run's weight bytes);
+    ``layer_share`` is the draft's share of all the layers the engine holds, and
+    ``as_layer_share`` whether the capacity lost is that share (within
+    :data:`LAYER_SHARE_TOLERANCE`), as it is where every layer keeps the same KV per token."""
     rows = []
     for run in load_runs(root, kind="draft-serving"):
         servers = _server_kv(run)
@@ -321,7 +329,11 @@ def draft_memory(root=DEFAULT_ROOT) -> pd.DataFrame:
                 if shape else np.nan,
                 "draft_weights_mb": shape.weight_elements(int(depth)) * shape.weight_bytes
                 / 1e6 if shape else np.nan})
-    return pd.DataFrame(rows, columns=[
+    memory = pd.DataFrame(rows, columns=[
         "run_id", "sku", "depth", "target_layers", "kv_gib", "kv_tokens_off",
         "kv_tokens_draft", "kv_capacity_lost", "kv_bytes_per_token_off",
         "kv_bytes_per_token_draft", "target_weights_mb", "draft_weights_mb"])
+    memory["layer_share"] = memory["depth"] / (memory["target_layers"] + memory["depth"])
+    memory["as_layer_share"] = ((memory["kv_capacity_lost"] - memory["layer_share"]).abs()
+                                < LAYER_SHARE_TOLERANCE)
+    return memory

@@ -77,6 +77,12 @@ def and_list(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def span(values, digits: int = 0) -> str:
+    """'3' where every value reads the same at ``digits``, else 'low–high'."""
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}–{high}"
+
+
 def spread_pct(low: float, high: float, centre: float) -> float:
     """Half the min–max range of the repetitions, in percent of the centre (the median)."""
     return 100.0 * (high - low) / 2.0 / centre

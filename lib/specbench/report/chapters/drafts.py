@@ -15,7 +15,7 @@ from specbench.derive.drafts import (
     table3,
 )
 from specbench.report.numbers import Numbers
-from specbench.report.wording import and_list
+from specbench.report.wording import and_list, span
 from specbench.report.plan.worksheet import (
     DEMAND_TOKENS_PER_S,
     ITL_SLO_MS,
@@ -190,11 +190,6 @@ def _break_even_findings(n: Numbers, root) -> None:
     n.add(break_even_sentence="; ".join(words))
 
 
-def _span(values, digits: int = 0) -> str:
-    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
-    return low if low == high else f"{low}–{high}"
-
-
 def _cheaper(change: pd.Series) -> tuple[int, float]:
     """In how many levels an arm cost less per million SLO tokens than speculation off (its
     ``cost_change_pct`` below zero), and the median change in percent (a level where either
@@ -226,7 +221,7 @@ def _serving_findings(n: Numbers, root) -> None:
           serving_sentence=(
               f"Under load ({and_list(sorted(levels['workload'].unique()))} prompts at "
               f"concurrency {loads}), {servers} ran at "
-              f"{_span(drafted['speedup'], 2)}× the speed of speculation off and cost {verdict} "
+              f"{span(drafted['speedup'], 2)}× the speed of speculation off and cost {verdict} "
               f"per million SLO-qualified tokens than doing nothing (cheaper in {cheaper} of "
               f"{cases} loads, median change {change:+.0f} %); n-gram was cheaper in "
               f"{ngram_cheaper} of {len(ngram)}"))
@@ -247,7 +242,7 @@ def _second_engine_findings(n: Numbers, root) -> None:
               f"On the second engine, transformers' assisted generation at batch 1, the same "
               f"drafts ran {'none' if faster == 0 else faster} of the {len(cells)} cells faster "
               f"than the target alone "
-              f"(speedups {_span(cells['speedup'], 2)}); its counters' acceptance is "
+              f"(speedups {span(cells['speedup'], 2)}); its counters' acceptance is "
               f"{_by_depth(cells, 'alpha')}, and the draft alone's c is "
               f"{_by_depth(cells, 'c_leviathan')}"))
 
@@ -259,8 +254,8 @@ def _memory_findings(n: Numbers, root) -> None:
         n.add(memory_sentence="The served engines reported no KV cache size")
         return
     layers = memory["target_layers"] + memory["depth"]
-    predicted = memory["depth"] / layers
-    as_predicted = bool(((memory["kv_capacity_lost"] - predicted).abs() < 0.005).all())
+    predicted = memory["layer_share"]
+    as_predicted = bool(memory["as_layer_share"].all())
     if len(memory) == 1:
         m = memory.iloc[0]
         n.add(memory_sentence=(
@@ -276,11 +271,11 @@ def _memory_findings(n: Numbers, root) -> None:
     n.add(memory_sentence=(
         f"Read from the engines of {len(memory)} draft servers (depth "
         f"{and_list([str(d) for d in sorted(set(memory['depth']))])}), the drafts' layers took "
-        f"{_span(100 * memory['kv_capacity_lost'], 1)} % of the KV cache's capacity, "
+        f"{span(100 * memory['kv_capacity_lost'], 1)} % of the KV cache's capacity, "
         + ("in each as the draft's share of the layers predicts" if as_predicted else
-           f"where the drafts' shares of the layers predict {_span(100 * predicted, 1)} %")
-        + f". Their weights are {_span(memory['draft_weights_mb'])} MB beside the target's "
-        f"{_span(memory['target_weights_mb'])} MB"))
+           f"where the drafts' shares of the layers predict {span(100 * predicted, 1)} %")
+        + f". Their weights are {span(memory['draft_weights_mb'])} MB beside the target's "
+        f"{span(memory['target_weights_mb'])} MB"))
 
 
 def numbers(root=DEFAULT_ROOT) -> Numbers:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbench.report.numbers import Numbers
-from specbench.report.wording import and_list
+from specbench.report.wording import and_list, span
 from specbench.report.plan import (
     DEMAND_TOKENS_PER_S,
     ITL_SLO_MS,
@@ -360,15 +360,11 @@ def _measured_draft_kv(root) -> str:
     if memory.empty:
         return "no draft model was served yet to measure it (`make serving-drafts`)"
     depths = sorted(set(memory["depth"]))
-    predicted = memory["depth"] / (memory["target_layers"] + memory["depth"])
-    as_predicted = bool(((memory["kv_capacity_lost"] - predicted).abs() < 0.005).all())
-    low, high = 100 * memory["kv_capacity_lost"].min(), 100 * memory["kv_capacity_lost"].max()
-    lost = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f}"
     who = (f"a served draft of depth {depths[0]}" if len(depths) == 1 else
            f"served drafts of depth {and_list([str(d) for d in depths])}")
-    return (f"{who} took {lost} % of the capacity its engine reported, "
-            + ("its share of the layers" if as_predicted else
-               "not its share of the layers"))
+    return (f"{who} took {span(100 * memory['kv_capacity_lost'], 1)} % of the capacity its "
+            "engine reported, " + ("its share of the layers" if memory["as_layer_share"].all()
+                                   else "not its share of the layers"))
 
 
 def _tables(plans, cases, regrets, be, neg, price, decisions, kv, paid_at_zero,
