@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specbench.engine import step_records
-from specbench.engine.step_records import ENV, FIELDS, count_step
+from specbench.engine.step_records import ENV, count_step
 from specbench.store import step_records as stored
 from specbench.store.step_records import read_step_records
 
@@ -29,7 +29,8 @@ def recording(fixtures) -> Path:
 
 def test_reads_a_recording(recording):
     steps = read_step_records(recording)
-    assert list(steps.columns) == [*FIELDS, "duration_ns"]
+    # The fixture is a version-1 recording: no attention pairs, and no columns for them.
+    assert list(steps.columns) == [*stored.VERSION_FIELDS[1], "duration_ns"]
     assert len(steps) >= 3 and list(steps["step"]) == list(range(len(steps)))
     assert (steps.dtypes == "int64").all()
     assert (steps["duration_ns"] == steps["t_end_ns"] - steps["t_start_ns"]).all()
@@ -108,9 +109,13 @@ def _vllm_scheduler_output():
 def test_counts_each_token_class_of_a_vllm_scheduler_output():
     pytest.importorskip("vllm")
     out = _vllm_scheduler_output()
+    # Pairs: s·c + s(s+1)/2 per row of s scheduled tokens over c computed ones; only the
+    # decode row with its two drafts is a decode row (the resumed one recomputes 4 tokens).
     assert count_step(out) == {"rows": 4, "decode_tokens": 2, "draft_tokens": 2,
                                "draft_padded": 2, "prefill_tokens": 10 + 4 + 50,
-                               "context_tokens": 0 + 20 + 30 + 100}
+                               "context_tokens": 0 + 20 + 30 + 100,
+                               "decode_pairs": 3 * 20 + 6,
+                               "prefill_pairs": 55 + (7 * 30 + 28) + (50 * 100 + 1275)}
     # vLLM's own split (enable_logging_iteration_details): context rows are ours in prefill,
     # and each generation row decodes one token.
     from vllm.v1.utils import compute_iteration_details
@@ -185,6 +190,8 @@ def test_writes_one_flushed_record_per_step_with_work(recorded_core, tmp_path, m
     steps = read_step_records(path)
     assert steps[["rows", "decode_tokens", "draft_tokens", "prefill_tokens",
                   "context_tokens"]].values.tolist() == [[2, 0, 0, 12, 0], [2, 2, 2, 0, 12]]
+    # A version-2 file: the prompts' pairs (15 + 28), then a's 3 tokens over 5 and b's 1 over 7.
+    assert steps[["decode_pairs", "prefill_pairs"]].values.tolist() == [[0, 43], [21 + 8, 0]]
     assert (steps["overhead_ns"] > 0).all() and (steps["duration_ns"] >= 0).all()
     assert steps.attrs["pid"] == os.getpid() and steps.attrs["speculative_method"] == "ngram"
 

@@ -30,7 +30,16 @@ other tokens are one decode token for a row that has output tokens already, and 
 for the rest (a new request's prompt or chunk; a resumed request's recomputed tokens, beside its
 one decode token) — vLLM's own context/generation split (``compute_iteration_details``) by the
 same test; and ``context_tokens``, the KV tokens the step reads: each row's
-``num_computed_tokens`` when it was scheduled (before the step). ``gamma`` is the γ the scheduler
+``num_computed_tokens`` when it was scheduled (before the step). ``decode_pairs`` and
+``prefill_pairs`` (format version 2) count the query–key pairs the step's attention computes,
+split by row: a row scheduling s tokens over c computed ones computes s·c + s(s+1)/2 (each of
+its tokens attends the row's context and, causally, the row's tokens before it and itself); a
+row with one decode token and no prefill (its drafts, real or padded, included) adds to
+``decode_pairs``, any other row to ``prefill_pairs``. They are recorded because vLLM's CPU
+attention (``cpu_attention_with_kv_cache``) reads a row's KV once for every query token: a
+row verifying γ drafts reads its context γ+1 times, and a prefill chunk after a cached prefix
+reads the prefix for each of its tokens — which ``context_tokens``, one read per row, cannot
+say. ``gamma`` is the γ the scheduler
 chose for the step (``num_spec_tokens_to_schedule``: the configured γ, or vLLM's dynamic
 schedule's entry for the batch). Steps with nothing scheduled are not written.
 
@@ -63,9 +72,10 @@ __all__ = ["ENV", "FORMAT", "VERSION", "FIELDS", "ENTRY_POINT", "register", "cou
 ENV = "SPECBENCH_STEP_RECORDS"
 # The file format (specbench.store.step_records reads it; a test holds the two equal).
 FORMAT = "specbench-step-records"
-VERSION = 1
+VERSION = 2
 FIELDS = ("step", "t_start_ns", "t_end_ns", "rows", "decode_tokens", "draft_tokens",
-          "draft_padded", "prefill_tokens", "context_tokens", "gamma", "overhead_ns")
+          "draft_padded", "prefill_tokens", "context_tokens", "gamma", "overhead_ns",
+          "decode_pairs", "prefill_pairs")
 ENTRY_POINT = f"{__name__}:register"
 # On a wrapped EngineCore method: the function it wraps. On an engine core: its recorder.
 _WRAPPED = "__specbench_step_records__"
@@ -85,7 +95,7 @@ def count_step(scheduler_output) -> dict:
     computed.update((new.req_id, new.num_computed_tokens)
                     for new in scheduler_output.scheduled_new_reqs)
     counts = dict.fromkeys(("decode_tokens", "draft_tokens", "draft_padded", "prefill_tokens",
-                            "context_tokens"), 0)
+                            "context_tokens", "decode_pairs", "prefill_pairs"), 0)
     for req_id, scheduled in scheduler_output.num_scheduled_tokens.items():
         drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id) or ()
         padded = sum(1 for token in drafts if token < 0)
@@ -95,7 +105,10 @@ def count_step(scheduler_output) -> dict:
         decode = 1 if outputs.get(req_id, 0) > 0 and others > 0 else 0
         counts["decode_tokens"] += decode
         counts["prefill_tokens"] += others - decode
-        counts["context_tokens"] += computed.get(req_id, 0)
+        context = computed.get(req_id, 0)
+        counts["context_tokens"] += context
+        pairs = scheduled * context + scheduled * (scheduled + 1) // 2
+        counts["decode_pairs" if decode and others == 1 else "prefill_pairs"] += pairs
     return {"rows": len(scheduler_output.num_scheduled_tokens), **counts}
 
 

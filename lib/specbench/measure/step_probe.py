@@ -5,12 +5,17 @@ requests' prefill than `make book`'s calls ever put in one.
 neither prefill nor more than four rows, and the step-time model's per-row and per-prefill-token
 terms are not identified by them. The probe drives each engine the sweep already started
 (:meth:`specbench.engine.vllm_engine.Engine.drive`): for each batch of 1, 2, 4 and 8 rows it
-starts the rows twice, once at contexts spread up to ``max_model_len`` minus the output and once
-all at one moderate context (so the number of rows and the context read vary apart: with the
-spread alone, more rows always meant longer contexts and the per-row and per-context-token
-terms traded off), and while they decode, prefills of 64 to 1,024 tokens arrive (the middle
-sizes are those of real prompts: a serving run's 700-token prompts were predicted from a slope
-set by a few 4,000-token prefills, 25 % too slow). The engine's step records hold what each step
+starts the rows twice, once all at a short context (:data:`SHORT_CONTEXT`, where the sweep's
+and a server's rows are) and once at contexts spread up to ``max_model_len`` minus the output,
+so the number of rows and the context read vary apart. While they decode, two prefills arrive:
+a fresh prompt of 64 to 1,024 tokens (each size once beside short rows and once beside long
+ones), and a few new tokens after a long cached prefix (a follow-up turn, a retrieved passage:
+those tokens read the prefix, which a fresh prompt's do not).
+
+The long rows take their prompts from one pool (:func:`long_contexts`) that every long schedule
+shares, longest first, so only the first pays their prefill; the rest find it in the prefix
+cache (`make measure` caches prefixes), as the cached-prefix prefills do on purpose. That keeps
+the probe within its two minutes on a 2-core CPU. The engine's step records hold what each step
 did; the probe only records its window on the monotonic clock (the run manifest's
 ``step_probe``), so its steps can be told from the calls'. It times nothing itself.
 """
@@ -18,18 +23,22 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["ROWS", "CONTEXTS", "SCHEDULES", "PREFILLS", "OUTPUT", "FLAT_CONTEXT",
-           "probe_text_ids", "arrivals", "run_probe", "probe_into"]
+__all__ = ["ROWS", "CONTEXTS", "SCHEDULES", "PREFILLS", "EXTENSIONS", "OUTPUT",
+           "SHORT_CONTEXT", "POOL", "long_contexts", "probe_text_ids", "arrivals", "run_probe",
+           "probe_into"]
 
-ROWS = (1, 2, 4, 8)
-CONTEXTS = ("spread", "flat")
+ROWS = (8, 4, 2, 1)                   # the most rows first: their long prompts fill the cache
+CONTEXTS = ("long", "short")
 #: The probe's schedules in the order it drives them: (decoding rows, how their contexts are set).
 SCHEDULES = tuple((rows, contexts) for contexts in CONTEXTS for rows in ROWS)
-PREFILLS = (64, 256, 512, 768, 1024)
-FLAT_CONTEXT = 512     # every row's prompt in a 'flat' schedule
-OUTPUT = 48            # tokens each decoding row generates
+PREFILLS = (1024, 512, 256, 64)        # fresh prompts: one per schedule, each size per context
+EXTENSIONS = (32, 64, 128, 96)         # new tokens after a cached long prefix, one per schedule
+SHORT_CONTEXT = 128    # every row's prompt in a 'short' schedule
+POOL = 8               # long prompts, geometric from 64 tokens to the longest
+OUTPUT = 32            # tokens each decoding row generates
 PREFILL_EVERY = 2      # a prefill arrives every this many steps while rows decode (a γ=6 row
                        # copying text emits up to 7 tokens a step: the prefills must come early)
+_LONG_OFFSET, _SHORT_OFFSET, _FRESH_OFFSET = 7, 3001, 5003   # where each kind's texts start
 
 
 def probe_text_ids(tokenizer, length: int, offset: int = 0) -> list[int]:
@@ -44,33 +53,46 @@ def probe_text_ids(tokenizer, length: int, offset: int = 0) -> list[int]:
     return ids[offset:offset + length]
 
 
-def _contexts(rows: int, kind: str, longest: int) -> list[int]:
-    """The rows' prompt lengths: 'spread' geometric from 64 to ``longest`` (every context range
-    is held, and the rows' own prefill, which the probe pays before they decode, stays short);
-    'flat' all :data:`FLAT_CONTEXT` (or ``longest``, if shorter)."""
-    if kind == "flat":
-        return [min(FLAT_CONTEXT, longest)] * rows
+def long_contexts(longest: int) -> list[int]:
+    """The pool's prompt lengths: :data:`POOL` of them, geometric from 64 to ``longest``."""
+    return [int(64 * (longest / 64) ** (i / (POOL - 1))) for i in range(POOL)]
+
+
+def _pool_rows(rows: int) -> list[int]:
+    """Which pool prompts a long schedule of ``rows`` rows decodes: spread over the pool, the
+    longest always among them."""
     if rows == 1:
-        return [longest // 2]
-    return [int(64 * (longest / 64) ** (i / (rows - 1))) for i in range(rows)]
+        return [POOL - 1]
+    return [round(i * (POOL - 1) / (rows - 1)) for i in range(rows)]
 
 
 def arrivals(tokenizer, max_model_len: int) -> list[list[tuple[int, list[int], int]]]:
-    """One arrival plan per schedule of :data:`SCHEDULES`: the rows at step 0 (:func:`_contexts`,
-    none longer than ``max_model_len − OUTPUT − 1``), then a prefill every
-    :data:`PREFILL_EVERY` steps, one of each of :data:`PREFILLS`. Each prefill generates one
-    token. No prompt starts where another does, in its schedule or any other: `make measure`
-    caches prefixes, and a repeated prompt would be a cache hit, not a prefill."""
+    """One arrival plan per schedule of :data:`SCHEDULES`: the rows at step 0 (none longer than
+    ``max_model_len − OUTPUT − 1``), then, :data:`PREFILL_EVERY` steps apart, a fresh prompt of
+    one of :data:`PREFILLS` and a pool prompt extended by one of :data:`EXTENSIONS` new tokens.
+    Each prefill generates one token. A fresh prompt starts where no other prompt does; a long
+    row's prompt is its pool prompt (shared with the other long schedules, so a cache hit after
+    the first), and an extension starts with one (a cache hit for the prefix only)."""
     longest = max_model_len - OUTPUT - 1
+    pool = [probe_text_ids(tokenizer, n, offset=_LONG_OFFSET + 211 * i)
+            for i, n in enumerate(long_contexts(longest))]
     schedules = []
     for s, (rows, kind) in enumerate(SCHEDULES):
-        contexts = _contexts(rows, kind, longest)
-        plan = [(0, probe_text_ids(tokenizer, n, offset=97 * i + 7 * s), OUTPUT)
-                for i, n in enumerate(contexts)]
-        plan += [(PREFILL_EVERY * (k + 1),
-                  probe_text_ids(tokenizer, size, offset=1000 + 37 * k + 7 * s), 1)
-                 for k, size in enumerate(PREFILLS)]
-        schedules.append(plan)
+        if kind == "long":
+            prompts = [pool[i] for i in _pool_rows(rows)]
+        else:
+            prompts = [probe_text_ids(tokenizer, min(SHORT_CONTEXT, longest),
+                                      offset=_SHORT_OFFSET + 97 * i + 13 * s)
+                       for i in range(rows)]
+        # Each size beside long rows and beside short ones, with a different number of rows.
+        size = PREFILLS[(s + 2 * (kind == "short")) % len(PREFILLS)]
+        fresh = probe_text_ids(tokenizer, size, offset=_FRESH_OFFSET + 37 * s)
+        prefix = pool[POOL - 1 - s % 3]
+        extended = prefix + probe_text_ids(tokenizer, EXTENSIONS[s % len(EXTENSIONS)],
+                                           offset=_FRESH_OFFSET + 500 + 41 * s)
+        schedules.append([(0, p, OUTPUT) for p in prompts]
+                         + [(PREFILL_EVERY, fresh, 1),
+                            (2 * PREFILL_EVERY, extended[:max_model_len - 1], 1)])
     return schedules
 
 

@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["FORMAT", "VERSION", "FIELDS", "read_step_records"]
+__all__ = ["FORMAT", "VERSION", "FIELDS", "VERSION_FIELDS", "read_step_records"]
 
 FORMAT = "specbench-step-records"
-VERSION = 1
+VERSION = 2
 FIELDS = ("step", "t_start_ns", "t_end_ns", "rows", "decode_tokens", "draft_tokens",
-          "draft_padded", "prefill_tokens", "context_tokens", "gamma", "overhead_ns")
+          "draft_padded", "prefill_tokens", "context_tokens", "gamma", "overhead_ns",
+          "decode_pairs", "prefill_pairs")
+#: The fields of each version still read: version 1 (before 2026-12-07) has no attention pairs,
+#: and its frames have no such columns (the step-time model leaves their terms out).
+VERSION_FIELDS = {1: FIELDS[:11], 2: FIELDS}
 
 
 def _parse(path: Path, number: int, line: str, keys) -> dict:
@@ -33,21 +37,23 @@ def _parse(path: Path, number: int, line: str, keys) -> dict:
 
 
 def read_step_records(path) -> pd.DataFrame:
-    """One row per recorded step (columns :data:`FIELDS`, plus ``duration_ns``); the header's
-    fields in ``frame.attrs``. A damaged file raises a one-line ``ValueError`` naming the file
-    and the line."""
+    """One row per recorded step (columns: its version's fields, :data:`VERSION_FIELDS`, plus
+    ``duration_ns``); the header's fields in ``frame.attrs``. A damaged file raises a one-line
+    ``ValueError`` naming the file and the line."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines:
         raise ValueError(f"{path}: line 1: empty, no step-record header")
     header = _parse(path, 1, lines[0], ("format", "version", "fields"))
-    if header["format"] != FORMAT or header["version"] != VERSION:
+    fields = VERSION_FIELDS.get(header["version"])
+    if header["format"] != FORMAT or fields is None:
         raise ValueError(f"{path}: line 1: format {header['format']!r} version "
-                         f"{header['version']!r}, expected {FORMAT!r} version {VERSION}")
+                         f"{header['version']!r}, expected {FORMAT!r} version "
+                         f"{' or '.join(map(str, VERSION_FIELDS))}")
     rows = []
     for number, line in enumerate(lines[1:], start=2):
-        record = _parse(path, number, line, FIELDS)
-        bad = [k for k in FIELDS if type(record[k]) is not int or record[k] < 0]
+        record = _parse(path, number, line, fields)
+        bad = [k for k in fields if type(record[k]) is not int or record[k] < 0]
         if bad:
             raise ValueError(f"{path}: line {number}: {bad[0]}={record[bad[0]]!r} is not a "
                              "count: a damaged step-record file")
@@ -55,8 +61,8 @@ def read_step_records(path) -> pd.DataFrame:
             raise ValueError(f"{path}: line {number}: step {record['step']} out of order "
                              f"(expected {len(rows)}, start before end): a damaged step-record "
                              "file")
-        rows.append([record[k] for k in FIELDS])
-    frame = pd.DataFrame(rows, columns=list(FIELDS), dtype="int64")
+        rows.append([record[k] for k in fields])
+    frame = pd.DataFrame(rows, columns=list(fields), dtype="int64")
     frame["duration_ns"] = frame["t_end_ns"] - frame["t_start_ns"]
     frame.attrs.update(header, path=str(path))
     return frame
