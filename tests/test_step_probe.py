@@ -8,6 +8,7 @@ from specbench.measure.step_probe import (
     PREFILLS,
     SCHEDULES,
     SHORT_CONTEXT,
+    SHORT_PREFILLS,
     arrivals,
     long_contexts,
 )
@@ -48,14 +49,15 @@ def test_rows_and_context_vary_apart():
         contexts[8, "long"])) == POOL
 
 
-def test_each_fresh_size_arrives_beside_short_rows_and_beside_long_ones():
+def test_fresh_prompts_of_64_to_1024_tokens_arrive_beside_short_rows_and_long_ones():
     seen = {}
     for (rows, kind), plan in _plans():
         fresh = plan[-2][1]
         seen.setdefault(len(fresh), []).append((kind, rows))
-    assert sorted(seen) == sorted(PREFILLS)
-    for pairs in seen.values():
-        assert {k for k, _ in pairs} == {"long", "short"} and len({r for _, r in pairs}) == 2
+    assert sorted(seen) == sorted({*PREFILLS, *SHORT_PREFILLS})
+    for size in set(PREFILLS) & set(SHORT_PREFILLS):
+        assert {k for k, _ in seen[size]} == {"long", "short"}
+        assert len({r for _, r in seen[size]}) == 2          # with different numbers of rows
 
 
 def test_the_long_rows_and_the_extensions_reuse_one_pool_and_nothing_else_is_a_cache_hit():

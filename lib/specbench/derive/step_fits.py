@@ -5,7 +5,8 @@ from their steps.
 In each host session whose sweeps kept step records, the calibration is the latest sweep that
 ran the mixed step probe (the only one whose steps identify the per-row and prefill terms), and
 every other sweep of the session with step records is a check: its steps and its cells are
-predicted from the calibration alone. A session with one such sweep has a fit and no check.
+predicted from the calibration alone (a sweep whose records lack a column the fit uses, older
+than the attention pairs, is not). A session with one such sweep has a fit and no check.
 A sweep whose engine instances ran the same work at different speeds
 (:mod:`specbench.derive.engine_agreement`) is neither: no model of one step cost predicts two
 speeds; it is listed in the session's ``disagreeing``.
@@ -26,6 +27,7 @@ from specbench.theory.errors import percent_error
 from specbench.theory.step_time import (
     StepTimeModel,
     admit_terms,
+    design,
     fit_step_time,
     predict_cells,
     step_class,
@@ -80,11 +82,19 @@ def session_fits(root=DEFAULT_ROOT) -> list[SessionFit]:
         calibration = probed[-1]
         records = _steps(calibration)
         terms, verdicts = admit_terms(records)
+        model = fit_step_time(records, terms)
         fits.append(SessionFit(session, calibration.sku, calibration.run_id,
-                               tuple(r.run_id for r in agreeing if r is not calibration),
-                               fit_step_time(records, terms), verdicts,
+                               tuple(r.run_id for r in agreeing if r is not calibration
+                                     and _predictable(model, r)),
+                               model, verdicts,
                                tuple(r.run_id for r in members if not agree[r.run_id])))
     return fits
+
+
+def _predictable(model: StepTimeModel, run: Run) -> bool:
+    """Whether ``run``'s records hold every column ``model`` reads: a run recorded before the
+    attention pairs were kept (step records version 1) cannot check a model that uses them."""
+    return bool(np.isfinite(design(_steps(run), model.terms)).all())
 
 
 @memoised
@@ -156,8 +166,10 @@ def share_curve(model: StepTimeModel, rows=(1, 2, 4, 8), gammas=(0, 2, 6),
     """The fixed share s0/t_step of a decode step holding ``rows`` rows each verifying γ
     drafts, at a stated context per row."""
     grid = pd.DataFrame([{"rows": r, "gamma": g, "decode_tokens": float(r),
-                          "draft_tokens": float(r * g), "prefill_tokens": 0.0,
-                          "context_tokens": r * context_per_row}
+                          "draft_tokens": float(r * g), "draft_padded": 0.0,
+                          "prefill_tokens": 0.0, "context_tokens": r * context_per_row,
+                          "decode_pairs": r * ((g + 1) * context_per_row + (g + 1) * (g + 2) / 2),
+                          "prefill_pairs": 0.0}
                          for r in rows for g in gammas])
     grid["tokens_held"] = grid["decode_tokens"] + grid["draft_tokens"]
     grid["t_step_ms"] = 1e3 * model.predict(grid)

@@ -8,9 +8,10 @@ terms are not identified by them. The probe drives each engine the sweep already
 starts the rows twice, once all at a short context (:data:`SHORT_CONTEXT`, where the sweep's
 and a server's rows are) and once at contexts spread up to ``max_model_len`` minus the output,
 so the number of rows and the context read vary apart. While they decode, two prefills arrive:
-a fresh prompt of 64 to 1,024 tokens (each size once beside short rows and once beside long
-ones), and a few new tokens after a long cached prefix (a follow-up turn, a retrieved passage:
-those tokens read the prefix, which a fresh prompt's do not).
+a fresh prompt of 64 to 1,024 tokens (64, 256 and 512 beside short rows and beside long ones,
+with a different number of rows), and a few new tokens after a long cached prefix (a
+follow-up turn, a retrieved passage: those tokens read the prefix, which a fresh prompt's do
+not).
 
 The long rows take their prompts from one pool (:func:`long_contexts`) that every long schedule
 shares, longest first, so only the first pays their prefill; the rest find it in the prefix
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["ROWS", "CONTEXTS", "SCHEDULES", "PREFILLS", "EXTENSIONS", "OUTPUT",
+__all__ = ["ROWS", "CONTEXTS", "SCHEDULES", "PREFILLS", "SHORT_PREFILLS", "EXTENSIONS", "OUTPUT",
            "SHORT_CONTEXT", "POOL", "long_contexts", "probe_text_ids", "arrivals", "run_probe",
            "probe_into"]
 
@@ -31,11 +32,12 @@ ROWS = (8, 4, 2, 1)                   # the most rows first: their long prompts 
 CONTEXTS = ("long", "short")
 #: The probe's schedules in the order it drives them: (decoding rows, how their contexts are set).
 SCHEDULES = tuple((rows, contexts) for contexts in CONTEXTS for rows in ROWS)
-PREFILLS = (1024, 512, 256, 64)        # fresh prompts: one per schedule, each size per context
+PREFILLS = (1024, 512, 256, 64)        # fresh prompts beside long rows, one per schedule
+SHORT_PREFILLS = (256, 64, 512, 128)   # and beside short rows (1,024 once: the two minutes)
 EXTENSIONS = (32, 64, 128, 96)         # new tokens after a cached long prefix, one per schedule
 SHORT_CONTEXT = 128    # every row's prompt in a 'short' schedule
 POOL = 8               # long prompts, geometric from 64 tokens to the longest
-OUTPUT = 32            # tokens each decoding row generates
+OUTPUT = 28            # tokens each decoding row generates
 PREFILL_EVERY = 2      # a prefill arrives every this many steps while rows decode (a γ=6 row
                        # copying text emits up to 7 tokens a step: the prefills must come early)
 _LONG_OFFSET, _SHORT_OFFSET, _FRESH_OFFSET = 7, 3001, 5003   # where each kind's texts start
@@ -84,8 +86,7 @@ def arrivals(tokenizer, max_model_len: int) -> list[list[tuple[int, list[int], i
             prompts = [probe_text_ids(tokenizer, min(SHORT_CONTEXT, longest),
                                       offset=_SHORT_OFFSET + 97 * i + 13 * s)
                        for i in range(rows)]
-        # Each size beside long rows and beside short ones, with a different number of rows.
-        size = PREFILLS[(s + 2 * (kind == "short")) % len(PREFILLS)]
+        size = (PREFILLS if kind == "long" else SHORT_PREFILLS)[s % len(PREFILLS)]
         fresh = probe_text_ids(tokenizer, size, offset=_FRESH_OFFSET + 37 * s)
         prefix = pool[POOL - 1 - s % 3]
         extended = prefix + probe_text_ids(tokenizer, EXTENSIONS[s % len(EXTENSIONS)],

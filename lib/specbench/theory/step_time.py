@@ -25,6 +25,22 @@ it lowers the held-out error by more than the records' own noise: the paired dif
 absolute held-out errors (blocked K-fold over steps in time order) must have a bootstrap
 interval that excludes zero (:func:`specbench.theory.errors.mape_difference`); folds hold out
 whole calls (:func:`_folds`).
+
+Two kinds of further term come from how a CPU step is spent (measured on the Zen 4 of
+2026-12-07, whose terms of (STEP TIME) alone missed a second run's drafted steps by 20 % and
+its prefill steps by 25 %):
+
+* **Attention pairs.** vLLM's CPU attention reads a row's KV once for each of its query tokens,
+  so a row verifying γ drafts reads its context γ+1 times, and a prompt's new tokens after a
+  cached prefix each read the prefix; ``context_tokens`` counts one read per row. The step
+  records (version 2) count the query–key pairs of decode rows and of prefill rows apart.
+* **A floor under the forward pass.** The weights are read once per step however many tokens
+  it holds: below a few tokens the forward pass is memory-bound and an extra token costs
+  almost nothing (four rows at short contexts stepped as fast as one), above them every token
+  costs about the same, whatever its class. ``tokens_over_k`` = max(0, tokens − k) is that
+  roofline's shape; it *replaces* the per-class token terms it generalises (:data:`REPLACES`),
+  and its knee k is the one of :data:`FLOOR_KNEES` with the lowest held-out error (one
+  candidate, :data:`ALTERNATIVES`: the admission test is then run on it alone).
 """
 from __future__ import annotations
 
@@ -35,12 +51,34 @@ import pandas as pd
 
 from specbench.theory.errors import mape_difference, percent_error
 
-__all__ = ["BASE_TERMS", "EXTRA_TERMS", "StepTimeModel", "fit_step_time", "design",
-           "held_out_errors", "admit_terms", "step_class", "cell_steps", "cell_pot",
-           "predict_cells", "cells_speedup"]
+__all__ = ["BASE_TERMS", "EXTRA_TERMS", "FLOOR_KNEES", "ALTERNATIVES", "REPLACES",
+           "StepTimeModel", "fit_step_time", "design", "held_out_errors", "admit_terms",
+           "step_class", "cell_steps", "cell_pot", "predict_cells", "cells_speedup"]
 
 #: The terms of (STEP TIME): column of the step records each multiplies.
 BASE_TERMS = ("decode_tokens", "draft_tokens", "prefill_tokens", "context_tokens")
+#: The knees tried for the forward pass's floor (tokens a step holds at no extra cost).
+FLOOR_KNEES = (4, 8, 16)
+
+
+def _column(r, name: str) -> np.ndarray:
+    """A recorded column, or NaN where the records predate it (the term is then unidentified)."""
+    return (np.asarray(r[name], dtype=float) if name in r
+            else np.full(len(r), np.nan))
+
+
+def _tokens(r) -> np.ndarray:
+    """Every token a step computes: decode, drafts (padded slots included), prefill."""
+    padded = _column(r, "draft_padded") if "draft_padded" in r else 0.0
+    return (np.asarray(r["decode_tokens"], dtype=float) + np.asarray(r["draft_tokens"], float)
+            + padded + np.asarray(r["prefill_tokens"], dtype=float))
+
+
+def _over(knee: int):
+    """max(0, tokens − knee); a cell's mean step carries its expected value instead."""
+    name = f"tokens_over_{knee}"
+    return lambda r: (_column(r, name) if name in r
+                      else np.maximum(_tokens(r) - knee, 0.0))
 #: Candidates beyond (STEP TIME), each a function of the records (in this order). A drafting
 #: step: a fixed
 #: extra cost of any step that verifies drafts (the proposer's pass, the rejection sampler);
@@ -54,7 +92,19 @@ EXTRA_TERMS = {
     "drafting_step": lambda r: (r["drafting_step"] if "drafting_step" in r
                                 else (r["draft_tokens"] > 0).astype(float)),
     "prefill_sq_k": lambda r: r["prefill_tokens"].astype(float) ** 2 / 1000.0,
+    # Attention: thousands of query–key pairs of decode rows and of prefill rows (module text).
+    "decode_kpairs": lambda r: _column(r, "decode_pairs") / 1000.0,
+    "prefill_kpairs": lambda r: _column(r, "prefill_pairs") / 1000.0,
+    **{f"tokens_over_{k}": _over(k) for k in FLOOR_KNEES},
 }
+#: A candidate tried in several forms, of which the one with the lowest held-out error is tested.
+ALTERNATIVES = {"tokens_over_floor": tuple(f"tokens_over_{k}" for k in FLOOR_KNEES)}
+#: Terms a candidate takes the place of when it enters (it generalises them).
+REPLACES = {f"tokens_over_{k}": ("decode_tokens", "draft_tokens", "prefill_tokens")
+            for k in FLOOR_KNEES}
+#: The candidates in the order the admission rule tries them.
+CANDIDATES = ("decode_kpairs", "prefill_kpairs", "tokens_over_floor", "speculating",
+              "drafting_step", "prefill_sq_k")
 
 
 @dataclass(frozen=True)
@@ -85,10 +135,12 @@ def design(records: pd.DataFrame, terms) -> np.ndarray:
 
 
 def _identified(records: pd.DataFrame, terms) -> tuple[list[str], list[str]]:
+    """The terms whose column varies in the records (a column the records lack is NaN)."""
     kept, dropped = [], []
     for term in terms:
         column = design(records, [term])[:, 1]
-        (kept if np.ptp(column) > 0 else dropped).append(term)
+        varies = bool(np.isfinite(column).all() and np.ptp(column) > 0)
+        (kept if varies else dropped).append(term)
     return kept, dropped
 
 
@@ -138,24 +190,35 @@ def held_out_errors(records: pd.DataFrame, terms, folds: int = 5) -> np.ndarray:
     return errors
 
 
-def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=tuple(EXTRA_TERMS)
+def _with(terms: tuple[str, ...], candidate: str) -> tuple[str, ...]:
+    """``terms`` with ``candidate`` added and the terms it replaces (:data:`REPLACES`) gone."""
+    replaced = REPLACES.get(candidate, ())
+    return (*(t for t in terms if t not in replaced), candidate)
+
+
+def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=CANDIDATES
                 ) -> tuple[tuple[str, ...], dict[str, dict]]:
     """The terms the records support: (STEP TIME)'s identified terms, plus each candidate whose
-    held-out improvement's interval excludes zero. Returns the terms and, per candidate, the
-    mean reduction of absolute held-out error (percentage points) with its interval."""
+    held-out improvement's interval excludes zero (a candidate with :data:`ALTERNATIVES`: its
+    form with the lowest held-out error). Returns the terms and, per candidate, the mean
+    reduction of absolute held-out error (percentage points) with its interval."""
     terms = tuple(_identified(records, base)[0])
     verdicts = {}
     for candidate in candidates:
-        if not _identified(records, [candidate])[0]:
-            verdicts[candidate] = {"admitted": False, "why": "does not vary in the records"}
+        forms = _identified(records, ALTERNATIVES.get(candidate, (candidate,)))[0]
+        if not forms:
+            verdicts[candidate] = {"admitted": False,
+                                   "why": "not recorded, or does not vary in the records"}
             continue
         before = held_out_errors(records, terms)
-        after = held_out_errors(records, (*terms, candidate))
-        gain, low, high = mape_difference(before, after)
+        trials = {form: held_out_errors(records, _with(terms, form)) for form in forms}
+        form = min(trials, key=lambda f: np.nanmean(np.abs(trials[f])))
+        gain, low, high = mape_difference(before, trials[form])
         admitted = bool(np.isfinite(low) and low > 0)
-        verdicts[candidate] = {"admitted": admitted, "gain_pp": gain, "interval": (low, high)}
+        verdicts[candidate] = {"admitted": admitted, "gain_pp": gain, "interval": (low, high),
+                               "form": form}
         if admitted:
-            terms = (*terms, candidate)
+            terms = _with(terms, form)
     return terms, verdicts
 
 
@@ -177,12 +240,28 @@ def cell_steps(rows: int, gamma: int, drafting_share: float, accepted_per_step: 
     steps = max(int(round((output_tokens - 1) / per_step)), 1)
     context = prompt_tokens + per_step * np.arange(steps)
     # The model is linear in its columns, so a step with the mean composition has the mean
-    # time: the drafting indicator enters as the chance that any of the rows drafts.
-    drafting = 1.0 - (1.0 - drafting_share) ** rows if gamma > 0 else 0.0
+    # time: the drafting indicator enters as the chance that any of the rows drafts, and the
+    # floor's columns as their expected values over how many rows draft.
+    share = drafting_share if gamma > 0 else 0.0
+    drafting = 1.0 - (1.0 - share) ** rows if gamma > 0 else 0.0
+    # A row's pairs: q·context + q(q+1)/2 for its q = 1 (no drafts) or γ + 1 query tokens.
+    tokens_per_row = 1.0 + gamma * share
+    own = share * (gamma + 1) * (gamma + 2) / 2 + (1.0 - share)
     return pd.DataFrame({"gamma": gamma, "decode_tokens": float(rows),
-                         "draft_tokens": rows * gamma * drafting_share,
+                         "draft_tokens": rows * gamma * share, "draft_padded": 0.0,
                          "drafting_step": drafting,
-                         "prefill_tokens": 0.0, "context_tokens": rows * context})
+                         "prefill_tokens": 0.0, "context_tokens": rows * context,
+                         "decode_pairs": rows * (tokens_per_row * context + own),
+                         "prefill_pairs": 0.0,
+                         **{f"tokens_over_{k}": _expected_over(rows, gamma, share, k)
+                            for k in FLOOR_KNEES}})
+
+
+def _expected_over(rows: int, gamma: int, share: float, knee: int) -> float:
+    """E[max(0, rows + γ·K − knee)] for K ~ Binomial(rows, share) drafting rows."""
+    from math import comb
+    return float(sum(comb(rows, k) * share ** k * (1 - share) ** (rows - k)
+                     * max(rows + gamma * k - knee, 0) for k in range(rows + 1)))
 
 
 def cell_pot(model: StepTimeModel, steps: pd.DataFrame, tokens_per_step: float) -> float:

@@ -126,8 +126,8 @@ def _share_findings(n: Numbers, fit) -> None:
           half_tokens=(int(below["tokens_held"].min()) if len(below) else int(held.max())),
           stops_fixed=("the fixed part stops dominating inside the measured range"
                        if len(below) else "the fixed part dominates every step measured"),
-          extra_terms=", ".join(t for t, v in fit.verdicts.items() if v.get("admitted"))
-          or "none")
+          extra_terms=", ".join(v.get("form", t) for t, v in fit.verdicts.items()
+                                if v.get("admitted")) or "none")
 
 
 def numbers(root=DEFAULT_ROOT) -> Numbers:
