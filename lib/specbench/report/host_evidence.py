@@ -114,14 +114,6 @@ def count_across(holds: dict, noun: str = "SKU") -> str:
             f"on {yes} of {total} {noun}s")
 
 
-def _range(values, fmt: str = ".1f") -> str:
-    values = [float(v) for v in values if pd.notna(v)]
-    if not values:
-        return "—"
-    lo, hi = min(values), max(values)
-    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}–{hi:{fmt}}"
-
-
 _PAIRED = {"better": "model better", "worse": "ratio better", "tie": "tie"}
 _NEWEST_WORDS = {"model better": "the model predicted it better",
                  "ratio better": "ratio transfer predicted it better",
@@ -326,12 +318,13 @@ def _add_tiers(n: Numbers, every: pd.DataFrame, requests: pd.DataFrame) -> None:
                  f"hu_b{b}_tier_tally": "no tier lends to it"})
     for b in sorted(lent["batch"].unique()):
         at = lent[lent["batch"] == b]
-        n.add(**{f"hu_b{b}_tier_model": _range(at["model MAPE %"]),
-                 f"hu_b{b}_tier_ratio": _range(at["ratio transfer MAPE %"]),
+        n.add(**{f"hu_b{b}_tier_model": wording.span(at["model MAPE %"], 1),
+                 f"hu_b{b}_tier_ratio": wording.span(at["ratio transfer MAPE %"], 1),
                  f"hu_b{b}_tier_tally": _tally(at["verdict"], "tier")})
-        sentence.append(f"at batch {b} the model's speedup errs by {_range(at['model MAPE %'])} "
-                        f"percent against ratio transfer's {_range(at['ratio transfer MAPE %'])}"
-                        f" ({_tally(at['verdict'], 'tier')})")
+        model, ratio = (wording.span(at[c], 1) for c in ("model MAPE %",
+                                                          "ratio transfer MAPE %"))
+        sentence.append(f"at batch {b} the model's speedup errs by {model} percent against "
+                        f"ratio transfer's {ratio} ({_tally(at['verdict'], 'tier')})")
     b4 = lent[lent["batch"] == 4]
     n.add(hu_b4_reading=(
         "At batch 4 the model beats ratio transfer in no tier. The step cost it carries is "
@@ -341,7 +334,7 @@ def _add_tiers(n: Numbers, every: pd.DataFrame, requests: pd.DataFrame) -> None:
         f"{int((b4['verdict'] == _PAIRED['better']).sum())} of {len(b4)} tiers" if len(b4) else
         "No tier lends acceptance to a batch-4 cell yet"))
     own = table[table["acceptance lent from"] == "same host"]
-    n.add(hu_tiers=len(tiers.TIERS), hu_same_host_model=_range(own["model MAPE %"]),
+    n.add(hu_tiers=len(tiers.TIERS), hu_same_host_model=wording.span(own["model MAPE %"], 1),
           hu_tier_sentence="; ".join(sentence) if sentence else
           "no host session can be predicted from another host's acceptance yet")
 
@@ -358,8 +351,8 @@ def _add_sealed(n: Numbers, root, every: pd.DataFrame) -> None:
           hu_sealed_tally=_tally(verdicts["verdict"], "host session") if len(verdicts) else
           "no host session was judged against a sealed prediction yet",
           hu_sealed_within_goal=int((verdicts["model MAPE %"] <= goal).sum()),
-          hu_sealed_model=_range(verdicts["model MAPE %"]),
-          hu_sealed_ratio=_range(verdicts["ratio transfer MAPE %"]))
+          hu_sealed_model=wording.span(verdicts["model MAPE %"], 1),
+          hu_sealed_ratio=wording.span(verdicts["ratio transfer MAPE %"], 1))
     n.add(hu_newest_cells=0, hu_newest_model=float("nan"), hu_newest_ratio=float("nan"),
           hu_newest_verdict="no sealed prediction", hu_newest_goal="not tested",
           **_newest_by_batch(pd.Series(dtype=float)))
@@ -405,8 +398,8 @@ def _add_twins(n: Numbers, every: pd.DataFrame) -> None:
     if len(summary):
         b1, b4 = summary["speedup moved %, batch 1"], summary["speedup moved %, batch 4"]
         step = summary["step moved %"]
-        n.values.update(hu_twin_step_moved=_range(step, ".0f"), hu_twin_b1_moved=_range(b1, ".0f"),
-              hu_twin_b4_moved=_range(b4, ".0f"),
+        n.values.update(hu_twin_step_moved=wording.span(step), hu_twin_b1_moved=wording.span(b1),
+              hu_twin_b4_moved=wording.span(b4),
               hu_twin_b1_vs_step=("less than" if (b1 < step).all() else
                                   "more than" if (b1 > step).all() else "about as much as"),
               hu_twin_b4_vs_b1=("more than" if (b4 > b1).all() else "less than"

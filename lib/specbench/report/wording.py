@@ -78,7 +78,11 @@ def and_list(words: list[str]) -> str:
 
 
 def span(values, digits: int = 0) -> str:
-    """'3' where every value reads the same at ``digits``, else 'low–high'."""
+    """'3' where every value reads the same at ``digits``, else 'low–high'; missing values are
+    left out, and none at all reads '—'."""
+    values = [x for x in (float(v) for v in values if v is not None) if not math.isnan(x)]
+    if not values:
+        return "—"
     low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
     return low if low == high else f"{low}–{high}"
 
