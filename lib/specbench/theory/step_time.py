@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from specbench.theory.errors import mape_difference, percent_error
+from specbench.theory.errors import mape_difference, mape_of, percent_error
 
 __all__ = ["BASE_TERMS", "EXTRA_TERMS", "FLOOR_KNEES", "ALTERNATIVES", "REPLACES",
            "StepTimeModel", "fit_step_time", "design", "held_out_errors", "admit_terms",
@@ -212,7 +212,7 @@ def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=CANDIDATES
             continue
         before = held_out_errors(records, terms)
         trials = {form: held_out_errors(records, _with(terms, form)) for form in forms}
-        form = min(trials, key=lambda f: np.nanmean(np.abs(trials[f])))
+        form = min(trials, key=lambda f: mape_of(trials[f]))
         gain, low, high = mape_difference(before, trials[form])
         admitted = bool(np.isfinite(low) and low > 0)
         verdicts[candidate] = {"admitted": admitted, "gain_pp": gain, "interval": (low, high),

@@ -125,9 +125,18 @@ def _share_findings(n: Numbers, fit) -> None:
           s0_ms=1e3 * fit.model.coef["s0"],
           half_tokens=(int(below["tokens_held"].min()) if len(below) else int(held.max())),
           stops_fixed=("the fixed part stops dominating inside the measured range"
-                       if len(below) else "the fixed part dominates every step measured"),
-          extra_terms=", ".join(v.get("form", t) for t, v in fit.verdicts.items()
-                                if v.get("admitted")) or "none")
+                       if len(below) else "the fixed part dominates every step measured"))
+
+
+def _admitted(fits) -> str:
+    """Each further term the sessions' records admitted, with in how many of them ('none')."""
+    counts: dict[str, int] = {}
+    for fit in fits:
+        for term, verdict in fit.verdicts.items():
+            if verdict.get("admitted"):
+                form = verdict.get("form", term)
+                counts[form] = counts.get(form, 0) + 1
+    return "; ".join(f"{term} in {k} of {len(fits)}" for term, k in counts.items()) or "none"
 
 
 def numbers(root=DEFAULT_ROOT) -> Numbers:
@@ -139,12 +148,15 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         raise LookupError(f"{root}: no host session has a sweep with step records and the "
                           "mixed step probe: run `make book` to measure one")
     n.add(runs=[r for f in fits for r in (f.calibration, *f.checks)])
-    _share_findings(n, fits[-1])
+    # The newest calibration is quoted: fits come sorted by session name, not by date.
+    quoted = max(fits, key=lambda f: f.calibration.split("-")[1])
+    _share_findings(n, quoted)
+    n.add(extra_terms=_admitted(fits))
     classes, cells = class_errors(root), cell_errors(root)
     if len(classes):
         _step_findings(n, classes)
     if len(cells):
         _cell_findings(n, cells)
     _engine_findings(n, engine_agreement(root))
-    n.add(quoted_session=fits[-1].session, quoted_sku=fits[-1].sku)
+    n.add(quoted_session=quoted.session, quoted_sku=quoted.sku)
     return n
