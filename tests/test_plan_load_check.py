@@ -247,3 +247,17 @@ def test_without_a_prediction_under_load_the_chapter_says_so_and_shows_nothing(s
     assert numbers["ld_fig_caption"] == numbers["ld_table_caption"] == ""
     assert numbers.tables == {} and numbers.runs == []
     assert plan_check.fig_load(numbers.tables.get("load_predictions")) is None
+
+
+def test_anchoring_each_server_at_its_lowest_level_removes_its_speed_not_the_shape():
+    """A server 20 % faster than predicted at every level errs 0 % once anchored; one whose
+    prediction grows too steeply with load keeps that part of its miss."""
+    rows = [("off", 1, 40.0, 32.0), ("off", 4, 44.0, 35.2),        # speed only
+            ("γ=2", 1, 40.0, 40.0), ("γ=2", 4, 50.0, 40.0)]        # shape only
+    table = pd.DataFrame([{"arm": a, "concurrency": c, "predicted_tpot_ms": p,
+                           "measured_tpot_ms": m, "error_pct": 100 * (p / m - 1)}
+                          for a, c, p, m in rows])
+    anchored = under_load.anchored_errors(table).set_index("arm")["anchored_error_pct"]
+    assert anchored["off"] == pytest.approx(0.0) and anchored["γ=2"] == pytest.approx(25.0)
+    assert "median 12.5 % against 25.0 % as sealed" in under_load.anchored_phrase(table)
+    assert under_load.anchored_phrase(table.iloc[[0, 2]]) == ""

@@ -283,7 +283,7 @@ def load_numbers(root=DEFAULT_ROOT) -> Numbers:
                             f"({next(iter(table['why'].dropna()), 'no arm predicted')}).")
     values.update(_load_captions(values, present=True))
     steps = step_check(run)
-    values.update(_step_values(steps))
+    values.update(_step_values(steps), ld_anchored=under_load.anchored_phrase(table))
     every = load_runs_table(root, {run.run_id: (table, totals, cross)})
     return Numbers(values=values, runs=list(every["run"]),
                    tables={"load_predictions": table, "load_table": load_table(table),
@@ -376,7 +376,7 @@ def _no_load_numbers(root) -> Numbers:
     sentence = (f"None of the {len(planned)} stored serving runs with a plan carries the plan's "
                 "prediction of every server at every load level through vLLM's scheduler, so "
                 "that prediction has nothing to be checked against yet.")
-    values = {"ld_finding": sentence, "ld_steps_finding": "",
+    values = {"ld_finding": sentence, "ld_steps_finding": "", "ld_anchored": "",
               **_load_captions({}, present=False)}
     return Numbers(values=values, runs=[], tables={})
 

@@ -33,8 +33,8 @@ from specbench.theory.errors import percent_error
 
 __all__ = ["has_plan", "has_load_prediction", "arm_latencies", "ratio_transfer_choice",
            "regrets", "crossover", "summary", "predicted_vs_measured", "load_number",
-           "load_predictions", "load_summary", "BASELINE_GAMMA", "LOAD_GOAL_PCT",
-           "LOAD_WORST_PCT"]
+           "load_predictions", "load_summary", "anchored_errors", "anchored_phrase",
+           "BASELINE_GAMMA", "LOAD_GOAL_PCT", "LOAD_WORST_PCT"]
 
 BASELINE_GAMMA = 4          # the fixed γ an operator would pick without a plan
 N_BOOT = 1000
@@ -354,3 +354,35 @@ def load_summary(table: pd.DataFrame) -> dict:
             "worst_within_cap": worst_pct <= LOAD_WORST_PCT,
             "met": (bool(table["held"].all()) and worst_pct <= LOAD_WORST_PCT
                     and bool((per_arm["median_pct"] <= LOAD_GOAL_PCT).all()))}
+
+
+def anchored_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """A diagnostic made after the load, never sealed: each server's predictions scaled by its
+    own miss at its lowest level (measured over predicted median), so that what remains at its
+    higher levels is how the prediction's shape under load erred, not how fast that server's
+    instance was (instances of one engine run apart by up to a fifth for their whole life: the
+    step chapter). Rows of the levels above each server's lowest, ``anchored_error_pct``."""
+    scored = table[table["error_pct"].notna()].sort_values(["arm", "concurrency"])
+    parts = []
+    for _, group in scored.groupby("arm", sort=False):
+        lowest = group.iloc[0]
+        scale = lowest["measured_tpot_ms"] / lowest["predicted_tpot_ms"]
+        higher = group.iloc[1:]
+        parts.append(higher.assign(anchored_error_pct=percent_error(
+            higher["predicted_tpot_ms"] * scale, higher["measured_tpot_ms"])))
+    return (pd.concat(parts, ignore_index=True) if parts
+            else table.iloc[:0].assign(anchored_error_pct=pd.Series(dtype=float)))
+
+
+def anchored_phrase(table: pd.DataFrame) -> str:
+    """The sentence on :func:`anchored_errors` ('' without two levels of one server)."""
+    anchored = anchored_errors(table)
+    if anchored.empty:
+        return ""
+    errors, sealed = anchored["anchored_error_pct"].abs(), anchored["error_pct"].abs()
+    reading = ("most of their miss was each server's own speed" if errors.median() <=
+               sealed.median() / 2 else "the shape under load missed as well")
+    return (f"Scaled by each server's own miss at its lowest level (a diagnostic made after "
+            f"the load, not sealed), the predictions of the higher levels err a median "
+            f"{errors.median():.1f} % against {sealed.median():.1f} % as sealed (worst "
+            f"{errors.max():.1f} %): {reading}.")
