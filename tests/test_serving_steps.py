@@ -28,7 +28,8 @@ def _write_records(path: Path, gamma: int, steps: list[tuple[int, int, int, int]
                                  "decode_tokens": rows, "draft_tokens": 2 * rows * (gamma > 0),
                                  "draft_padded": 0, "prefill_tokens": prefill,
                                  "context_tokens": 100 * rows, "gamma": gamma,
-                                 "overhead_ns": 0}))
+                                 "overhead_ns": 0, "decode_pairs": 101 * rows,
+                                 "prefill_pairs": prefill * (prefill + 1) // 2}))
     path.write_text("\n".join(lines) + "\n")
 
 

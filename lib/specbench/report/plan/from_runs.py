@@ -35,10 +35,17 @@ def plan_basis(runs: list[Run]) -> Run | None:
     speculation greedy (planning is for greedy decoding; a γ=0 calibration or a run of
     temperature cells alone is not a basis), preferring one not judged against sealed
     predictions (``make measure-host``'s check is kept aside, used only where the SKU has no
-    other)."""
+    other), and one of the project's own workloads over one of Spec-Bench categories alone (a
+    host's check, sealed or not: ``make measure-host``'s sweep)."""
     speculative = [r for r in runs if (ok_cells(r)["gamma"] > 0).any()]
     unjudged = [r for r in speculative if not r.manifest.get("judged_against")]
-    return (unjudged or speculative or [None])[-1]
+    own = [r for r in unjudged if not _spec_bench_only(r)]
+    return (own or unjudged or speculative or [None])[-1]
+
+
+def _spec_bench_only(run: Run) -> bool:
+    workloads = run.manifest.get("grid", {}).get("workloads") or []
+    return bool(workloads) and all(str(w).startswith("specbench:") for w in workloads)
 
 
 def _sku_runs(root, sku: str) -> Run:
