@@ -27,6 +27,7 @@ from specbench.theory.errors import percent_error
 from specbench.theory.step_time import (
     StepTimeModel,
     admit_terms,
+    decode_steps,
     design,
     fit_step_time,
     predict_cells,
@@ -165,12 +166,8 @@ def share_curve(model: StepTimeModel, rows=(1, 2, 4, 8), gammas=(0, 2, 6),
                 context_per_row: float = 500.0) -> pd.DataFrame:
     """The fixed share s0/t_step of a decode step holding ``rows`` rows each verifying γ
     drafts, at a stated context per row."""
-    grid = pd.DataFrame([{"rows": r, "gamma": g, "decode_tokens": float(r),
-                          "draft_tokens": float(r * g), "draft_padded": 0.0,
-                          "prefill_tokens": 0.0, "context_tokens": r * context_per_row,
-                          "decode_pairs": r * ((g + 1) * context_per_row + (g + 1) * (g + 2) / 2),
-                          "prefill_pairs": 0.0}
-                         for r in rows for g in gammas])
+    grid = pd.concat([decode_steps(r, g, 1.0, [context_per_row]).assign(rows=r)
+                      for r in rows for g in gammas], ignore_index=True)
     grid["tokens_held"] = grid["decode_tokens"] + grid["draft_tokens"]
     grid["t_step_ms"] = 1e3 * model.predict(grid)
     grid["fixed_share"] = model.fixed_share(grid)

@@ -20,7 +20,7 @@ FIELDS = ("step", "t_start_ns", "t_end_ns", "rows", "decode_tokens", "draft_toke
           "decode_pairs", "prefill_pairs")
 #: The fields of each version still read: version 1 (before 2026-12-07) has no attention pairs,
 #: and its frames have no such columns (the step-time model leaves their terms out).
-VERSION_FIELDS = {1: FIELDS[:11], 2: FIELDS}
+VERSION_FIELDS = {1: FIELDS[:FIELDS.index("decode_pairs")], 2: FIELDS}
 
 
 def _parse(path: Path, number: int, line: str, keys) -> dict:

@@ -53,7 +53,8 @@ from specbench.theory.errors import mape_difference, mape_of, percent_error
 
 __all__ = ["BASE_TERMS", "EXTRA_TERMS", "FLOOR_KNEES", "ALTERNATIVES", "REPLACES",
            "StepTimeModel", "fit_step_time", "design", "held_out_errors", "admit_terms",
-           "step_class", "cell_steps", "cell_pot", "predict_cells", "cells_speedup"]
+           "step_class", "cell_steps", "decode_steps", "cell_pot", "predict_cells",
+           "cells_speedup"]
 
 #: The terms of (STEP TIME): column of the step records each multiplies.
 BASE_TERMS = ("decode_tokens", "draft_tokens", "prefill_tokens", "context_tokens")
@@ -69,7 +70,7 @@ def _column(r, name: str) -> np.ndarray:
 
 def _tokens(r) -> np.ndarray:
     """Every token a step computes: decode, drafts (padded slots included), prefill."""
-    padded = _column(r, "draft_padded") if "draft_padded" in r else 0.0
+    padded = np.asarray(r["draft_padded"], dtype=float) if "draft_padded" in r else 0.0
     return (np.asarray(r["decode_tokens"], dtype=float) + np.asarray(r["draft_tokens"], float)
             + padded + np.asarray(r["prefill_tokens"], dtype=float))
 
@@ -203,6 +204,7 @@ def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=CANDIDATES
     form with the lowest held-out error). Returns the terms and, per candidate, the mean
     reduction of absolute held-out error (percentage points) with its interval."""
     terms = tuple(_identified(records, base)[0])
+    before = held_out_errors(records, terms)        # the current terms', until one enters
     verdicts = {}
     for candidate in candidates:
         forms = _identified(records, ALTERNATIVES.get(candidate, (candidate,)))[0]
@@ -210,7 +212,6 @@ def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=CANDIDATES
             verdicts[candidate] = {"admitted": False,
                                    "why": "not recorded, or does not vary in the records"}
             continue
-        before = held_out_errors(records, terms)
         trials = {form: held_out_errors(records, _with(terms, form)) for form in forms}
         form = min(trials, key=lambda f: mape_of(trials[f]))
         gain, low, high = mape_difference(before, trials[form])
@@ -218,7 +219,7 @@ def admit_terms(records: pd.DataFrame, base=BASE_TERMS, candidates=CANDIDATES
         verdicts[candidate] = {"admitted": admitted, "gain_pp": gain, "interval": (low, high),
                                "form": form}
         if admitted:
-            terms = _with(terms, form)
+            terms, before = _with(terms, form), trials[form]
     return terms, verdicts
 
 
@@ -238,7 +239,14 @@ def cell_steps(rows: int, gamma: int, drafting_share: float, accepted_per_step: 
     from the prompt by that much each step."""
     per_step = 1.0 + accepted_per_step
     steps = max(int(round((output_tokens - 1) / per_step)), 1)
-    context = prompt_tokens + per_step * np.arange(steps)
+    return decode_steps(rows, gamma, drafting_share,
+                        prompt_tokens + per_step * np.arange(steps))
+
+
+def decode_steps(rows: int, gamma: int, drafting_share: float, context) -> pd.DataFrame:
+    """Decode steps of ``rows`` rows, each verifying γ drafts on the drafting share of rows, at
+    each context per row of ``context``: the columns every term reads."""
+    context = np.asarray(context, dtype=float)
     # The model is linear in its columns, so a step with the mean composition has the mean
     # time: the drafting indicator enters as the chance that any of the rows drafts, and the
     # floor's columns as their expected values over how many rows draft.
