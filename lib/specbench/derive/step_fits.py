@@ -162,12 +162,17 @@ def check_cells(root=DEFAULT_ROOT) -> pd.DataFrame:
     return out
 
 
+#: The share curve's step columns (the figure shows them).
+_GRID = ("rows", "gamma", "decode_tokens", "draft_tokens", "draft_padded", "prefill_tokens",
+         "context_tokens", "decode_pairs", "prefill_pairs")
+
+
 def share_curve(model: StepTimeModel, rows=(1, 2, 4, 8), gammas=(0, 2, 6),
                 context_per_row: float = 500.0) -> pd.DataFrame:
     """The fixed share s0/t_step of a decode step holding ``rows`` rows each verifying γ
     drafts, at a stated context per row."""
     grid = pd.concat([decode_steps(r, g, 1.0, [context_per_row]).assign(rows=r)
-                      for r in rows for g in gammas], ignore_index=True)
+                      for r in rows for g in gammas], ignore_index=True)[list(_GRID)]
     grid["tokens_held"] = grid["decode_tokens"] + grid["draft_tokens"]
     grid["t_step_ms"] = 1e3 * model.predict(grid)
     grid["fixed_share"] = model.fixed_share(grid)
