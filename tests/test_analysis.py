@@ -116,7 +116,8 @@ def test_the_open_sentence_names_each_sku_where_eq1_loses_and_why_only_when_show
 
 @pytest.mark.parametrize("family, model, generation", [
     (23, 1, "Zen 1"), (23, 8, "Zen+"), (23, 0x31, "Zen 2"), (25, 1, "Zen 3"),
-    (25, 17, "Zen 4"), (26, 2, "Zen 5"), (23, None, "Zen 1/2"), (6, 85, "family 6")])
+    (25, 17, "Zen 4"), (26, 2, "Zen 5"), (23, None, "Zen 1/2"), (6, 85, "family 6 model 85"),
+    (6, None, "family 6")])
 def test_amd_generation_from_family_and_model(family, model, generation):
     assert analysis._amd_generation(family, model) == generation
 

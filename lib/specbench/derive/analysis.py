@@ -88,7 +88,9 @@ def _amd_generation(family, model) -> str:
         except (TypeError, ValueError):
             return "Zen 3/4"
         return "Zen 4" if any(number in r for r in _ZEN4_MODELS) else "Zen 3"
-    return f"family {family}"
+    # Another vendor's family spans generations (Intel's family 6 holds every Xeon since
+    # 2006): the model number tells two hosts of one family apart.
+    return f"family {family}" + (f" model {model}" if model not in (None, "") else "")
 
 
 def roofline_of(run: Run) -> str:

@@ -26,7 +26,7 @@ from specbench.report.numbers import (
     spread,
     sweep_run,
 )
-from specbench.report.host_evidence import host_numbers
+from specbench.report.host_evidence import batch4_goal_numbers, host_numbers
 from specbench.report.summary import summary
 from specbench.store.runs import DEFAULT_ROOT
 
@@ -108,8 +108,9 @@ FRONT_TRANSFER = ("hu_b1_tier_model", "hu_b1_tier_ratio", "hu_b4_tier_model", "h
 def _add_transfer(n: Numbers, root) -> None:
     """Transfer and sealed speedups as the accuracy chapter judges them (one computation,
     :func:`specbench.report.host_evidence.host_numbers`)."""
-    hosts = host_numbers(root)
-    n.add(hosts.runs, **{"i_" + k.removeprefix("hu_"): hosts[k] for k in FRONT_TRANSFER})
+    hosts, goal = host_numbers(root), batch4_goal_numbers(root)
+    n.add(hosts.runs, **{"i_" + k.removeprefix("hu_"): hosts[k] for k in FRONT_TRANSFER},
+          **{"i_" + k.removeprefix("hu_"): v for k, v in goal.values.items()})
 
 
 def _add_drafts(n: Numbers, root) -> None:

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from specbench.derive import evaluation, sealed, tiers
+from specbench.derive import evaluation, sealed, tiers, transfer
 
 from specbench.report import wording
 from specbench.derive.analysis import request_predictors, sweep_cells
@@ -18,8 +18,8 @@ from specbench.store.runs import DEFAULT_ROOT, load_runs
 from specbench.theory.errors import mape_difference, mape_interval, mape_of, percent_change
 
 
-__all__ = ["count_across", "host_numbers", "judged_sweeps", "sealed_numbers", "sealed_table",
-           "sealed_by_batch",
+__all__ = ["batch4_goal", "batch4_goal_numbers", "count_across", "host_numbers",
+           "judged_sweeps", "sealed_numbers", "sealed_table", "sealed_by_batch",
            "session_labels", "tier_table", "twin_hosts", "twin_summary"]
 
 
@@ -410,3 +410,55 @@ def _add_twins(n: Numbers, every: pd.DataFrame) -> None:
                   "belongs to the host that measured it" if (b1 < step).all() else
                   "Here the speedup did not carry across hosts better than the step time: a "
                   "speedup quoted for a CPU is a speedup measured on one host"))
+
+
+def batch4_goal(judged: pd.DataFrame, loso: pd.DataFrame) -> pd.DataFrame:
+    """Per SKU: whether its batch-4 speedups met the batch-4 goal — MAPE at most
+    :data:`~specbench.derive.evaluation.GOAL_B4_MAPE_PCT` and below ratio transfer's on the same
+    cells — sealed (its best judged host session) and held out (leave one SKU out)."""
+    goal = evaluation.GOAL_B4_MAPE_PCT
+    sealed4 = judged[judged["batch"] == 4] if len(judged) else judged
+    held4 = loso[loso["batch"] == 4] if len(loso) else loso
+    rows = []
+    for sku in sorted(set(sealed4.get("sku", ())) | set(held4.get("sku", ()))):
+        sessions = [(mape_of(g["model_speedup_err_pct"]), mape_of(g["ratio_speedup_err_pct"]))
+                    for _, g in sealed4[sealed4["sku"] == sku].groupby("prediction_run")]
+        # a session that met the goal, else the one the model predicted best
+        model, ratio = min(sessions, default=(np.nan, np.nan),
+                           key=lambda s: (not (s[0] <= goal and s[0] < s[1]), s[0]))
+        held = held4[held4["sku"] == sku]
+        held_model = mape_of(held["model_err_pct"]) if len(held) else np.nan
+        held_ratio = mape_of(held["ratio_err_pct"]) if len(held) else np.nan
+        rows.append({"sku": sku, "sealed model %": model, "sealed ratio %": ratio,
+                     "held-out model %": held_model, "held-out ratio %": held_ratio,
+                     "sealed met": bool(model <= goal and model < ratio),
+                     "held out met": bool(held_model <= goal and held_model < held_ratio)})
+    return pd.DataFrame(rows, columns=["sku", "sealed model %", "sealed ratio %",
+                                       "held-out model %", "held-out ratio %", "sealed met",
+                                       "held out met"])
+
+
+def batch4_goal_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
+                        loso: pd.DataFrame | None = None) -> Numbers:
+    """``hu_b4_goal_*``: on how many SKUs batch 4 met its goal sealed, held out, and both,
+    naming the SKUs that met both with their four errors. ``loso`` defaults to the accuracy
+    chapter's leave-one-SKU-out (per-prompt acceptance where the runs have it)."""
+    every = sweep_cells(root, every_session=True) if every is None else every
+    if loso is None:
+        cells = sweep_cells(root)
+        loso = transfer.leave_one_sku_out(cells, request_predictors(root, cells=cells))
+    table = batch4_goal(sealed.judged(root), loso)
+    labels = dict(zip(every["sku"], every["sku_label"], strict=True))
+    sealed_at = table[table["sealed model %"].notna()]
+    held_at = table[table["held-out model %"].notna()]
+    both = table[table["sealed met"] & table["held out met"]]
+    named = [f"{labels.get(r['sku'], r['sku'])} (sealed {r['sealed model %']:.1f} against "
+             f"{r['sealed ratio %']:.1f} percent, held out {r['held-out model %']:.1f} against "
+             f"{r['held-out ratio %']:.1f})" for _, r in both.iterrows()]
+    n = Numbers()
+    n.add(hu_b4_goal_pct=evaluation.GOAL_B4_MAPE_PCT,
+          hu_b4_goal_sealed=f"{int(sealed_at['sealed met'].sum())} of {len(sealed_at)}",
+          hu_b4_goal_held=f"{int(held_at['held out met'].sum())} of {len(held_at)}",
+          hu_b4_goal_both=wording.and_list(named) if named else "no SKU",
+          hu_b4_goal_verdict="met" if named else "not met")
+    return n

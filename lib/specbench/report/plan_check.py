@@ -13,7 +13,7 @@ import pandas as pd
 from specbench.derive.serving_steps import level_compositions
 from specbench.derive.analysis import run_cells
 from specbench.report.numbers import Numbers, sweep_run
-from specbench.report.plan import under_load
+from specbench.report.plan import repeats, under_load
 from specbench.store.runs import DEFAULT_ROOT, Run, load_runs
 from specbench.report.wording import and_list
 from specbench.theory.errors import percent_change, percent_error
@@ -21,8 +21,9 @@ from specbench.theory.errors import percent_change, percent_error
 __all__ = ["latest_check", "numbers", "fig_tpot_by_arm", "REGRET_GOALS", "latest_load_check",
            "load_numbers", "fig_load", "load_table"]
 
-#: The issue's goals for the plan's regret over load levels: median, worst.
-REGRET_GOALS = (0.05, 0.10)
+#: The goals for the plan's regret over load levels (median, worst): issue 46's, on prompts the
+#: book did not tune on (an earlier issue asked a median of 5 %).
+REGRET_GOALS = (0.03, 0.10)
 
 
 def latest_check(root=DEFAULT_ROOT) -> Run:
@@ -117,10 +118,13 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
         "pl_host": (calibration.manifest.get("host") or {}).get("host_id", "?"),
     }
     values["pl_twin"] = _twin_sentence(arm, m["grid"]["arms"], latencies)
+    values.update(repeats.repeat_values(values["pl_regret_median_pct"],
+                                        under_load.LOAD_WORST_PCT, root))
     shown = _regret_by_level(table)
     versus = under_load.predicted_vs_measured(run)
     values.update(_prediction_numbers(versus))
-    return Numbers(values=values, runs=[run.run_id, calibration.run_id],
+    return Numbers(values=values, runs=list(dict.fromkeys(
+                       [run.run_id, calibration.run_id, *values.pop("repeat_runs")])),
                    tables={"regret_by_level": shown, "latencies": latencies,
                            "latency_table": _latency_table(latencies), "regrets": table,
                            "predicted_vs_measured": _versus_table(versus)})

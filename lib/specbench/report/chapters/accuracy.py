@@ -13,8 +13,8 @@ from specbench.derive import transfer
 from specbench.report import curves, wording
 from specbench.derive.analysis import accuracy_table, sweep_cells
 from specbench.report.host_evidence import (  # the host-unit half, shown in this chapter
-    count_across, host_numbers, judged_sweeps, sealed_by_batch, sealed_numbers, sealed_table,
-    session_labels, tier_table, twin_hosts, twin_summary)
+    batch4_goal_numbers, count_across, host_numbers, judged_sweeps, sealed_by_batch,
+    sealed_numbers, sealed_table, session_labels, tier_table, twin_hosts, twin_summary)
 from specbench.report.numbers import (
     Numbers,
     direction_phrase,
@@ -48,8 +48,9 @@ def numbers(root=DEFAULT_ROOT, cells: pd.DataFrame | None = None,
     :func:`headline`), the host as the unit (``hu_*``, :func:`host_numbers`; ``every`` is
     :func:`sweep_cells` with ``every_session``), then eq. 1 on the quoted grid."""
     cells = sweep_cells(root) if cells is None else cells
+    every = sweep_cells(root, every_session=True) if every is None else every
     return (_quoted_grid(root).merge(headline(cells, loso)).merge(sealed_numbers(root, cells))
-            .merge(host_numbers(root, every)))
+            .merge(host_numbers(root, every)).merge(batch4_goal_numbers(root, every, loso)))
 
 
 def _quoted_grid(root) -> Numbers:

@@ -103,6 +103,21 @@ def _step_findings(n: Numbers, classes: pd.DataFrame) -> None:
           step_goal=STEP_GOAL_PCT,
           step_verdict="met" if (worst <= STEP_GOAL_PCT).all() else "missed",
           worst_class=str(worst.idxmax()) if len(worst) else "none")
+    # the goal per session: every class of its check runs within it
+    per_session = classes.groupby("session")["median_abs_error_pct"].max()
+    n.add(step_sessions_met=f"{int((per_session <= STEP_GOAL_PCT).sum())} of "
+                            f"{len(per_session)}")
+
+
+def _shift_findings(n: Numbers, steps: pd.DataFrame) -> None:
+    """How far a check run sat from its calibration as a whole: the median signed error over
+    all its steps. A shift shared by every class is the host's speed between two runs, which
+    no model of what a step holds can predict."""
+    shift = steps.groupby("run")["error_pct"].median()
+    worst = shift.abs().idxmax()
+    n.add(step_shift_max=float(abs(shift[worst])), step_shift_runs=len(shift),
+          step_shift_over=int((shift.abs() > STEP_GOAL_PCT).sum()),
+          step_shift_word="slower" if shift[worst] < 0 else "faster")
 
 
 def _cell_findings(n: Numbers, cells: pd.DataFrame) -> None:
@@ -155,6 +170,7 @@ def numbers(root=DEFAULT_ROOT) -> Numbers:
     classes, cells = class_errors(root), cell_errors(root)
     if len(classes):
         _step_findings(n, classes)
+        _shift_findings(n, check_steps(root))
     if len(cells):
         _cell_findings(n, cells)
     _engine_findings(n, engine_agreement(root))
