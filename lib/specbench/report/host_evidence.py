@@ -117,7 +117,7 @@ def count_across(holds: dict, noun: str = "SKU") -> str:
 _PAIRED = {"better": "model better", "worse": "ratio better", "tie": "tie"}
 _NEWEST_WORDS = {"model better": "the model predicted it better",
                  "ratio better": "ratio transfer predicted it better",
-                 "tie": "a tie: the interval of the difference spans zero"}
+                 "tie": "a tie (the difference's interval spans zero)"}
 
 
 def _paired(model_err, ratio_err) -> str:
@@ -460,5 +460,7 @@ def batch4_goal_numbers(root=DEFAULT_ROOT, every: pd.DataFrame | None = None,
           hu_b4_goal_sealed=f"{int(sealed_at['sealed met'].sum())} of {len(sealed_at)}",
           hu_b4_goal_held=f"{int(held_at['held out met'].sum())} of {len(held_at)}",
           hu_b4_goal_both=wording.and_list(named) if named else "no SKU",
+          hu_b4_goal_both_skus=wording.and_list([labels.get(s, s) for s in both["sku"]])
+          if named else "no SKU",
           hu_b4_goal_verdict="met" if named else "not met")
     return n
