@@ -37,9 +37,15 @@ def test_off_closed_loop_holds_concurrency_and_emits_every_token(config):
     steps, req = run.steps, run.requests
     assert (req["output_tokens"] == OUT).all()
     assert steps["rows"].max() == 2 and steps["draft_tokens"].sum() == 0
-    assert steps.loc[0, "prefill_tokens"] == 100 + 101          # both prompts in step one
-    # the next request is sent when one finishes: the third arrives after the first finished
-    assert req.loc[2, "arrival_step"] == req.loc[:1, "finish_step"].min() + 1
+    # the idle engine wakes on the first arrival; the second joins the next step, beside the
+    # first one's decode (as the servers' step records show)
+    assert steps.loc[0, "prefill_tokens"] == 100 and steps.loc[0, "rows"] == 1
+    assert steps.loc[1, "prefill_tokens"] == 101 and steps.loc[1, "decode_tokens"] == 1
+    # the next request is sent when one finishes, during the next step, and is scheduled in
+    # the step after it
+    first_done = req.loc[:1, "finish_step"].min()
+    assert req.loc[2, "arrival_step"] == first_done + 1
+    assert req.loc[2, "first_step"] >= first_done + 2
     assert (req["first_step"] <= req["finish_step"]).all()
 
 

@@ -105,6 +105,18 @@ def test_a_serving_run_prices_a_step_from_its_servers_own_steps():
     assert 0 <= cost.gap_s < 0.01
 
 
+def test_the_gap_between_steps_is_taken_per_kind_of_server():
+    # servers without a speculative config left more time between two steps than those with
+    # one: a step of speculation off is charged its own servers' gap
+    from specbench.measure.load_prediction import server_step_cost
+    run = _recorded_serving_run()
+    cost = server_step_cost(run)
+    assert cost.record()["gap_off_s"] == cost.gap_off_s and 0 <= cost.gap_off_s < 0.01
+    step = serving_steps.level_steps(run).head(1)
+    plain, speculative = cost.seconds(step, speculative=False), cost.seconds(step)
+    assert plain - speculative == pytest.approx(cost.gap_off_s - cost.gap_s)
+
+
 def test_a_probe_that_is_not_a_recorded_serving_run_is_one_line_naming_it(run, tmp_path):
     from specbench.measure.load_prediction import server_step_cost
     shutil.rmtree(run.path / "step_records")

@@ -67,18 +67,31 @@ def _level_gaps_ns(steps: pd.DataFrame) -> np.ndarray:
     return np.concatenate(gaps) if gaps else np.zeros(0)
 
 
-def fit_server(run: Run) -> tuple[StepTimeModel, float] | None:
+def _median_gap_s(steps: pd.DataFrame) -> float:
+    gaps = _level_gaps_ns(steps)
+    gaps = gaps[gaps >= 0]
+    return float(np.median(gaps)) / 1e9 if len(gaps) else 0.0
+
+
+def fit_server(run: Run) -> tuple[StepTimeModel, float, float] | None:
     """The step-time model of every step inside the run's levels (every server; its terms
     admitted as for a sweep's calibration) and the median gap between two steps of one level in
-    seconds; None for a run without step records inside its levels."""
+    seconds, of the servers that speculate and of those that do not (the same where the run
+    served only one kind); None for a run without step records inside its levels.
+
+    The gap is taken per kind of server because it differs by one: a server started without a
+    speculative config left 1.2–1.9 ms between two steps, one with it (a γ of 0 scheduled
+    included) 0.1–0.2 ms (the Zen 5 serving runs of 2026-12-08) — a whole-step bias of 4–5 %
+    on speculation off that one pooled median hid."""
     steps = level_steps(run)
     if steps.empty:
         return None
     steps = steps.assign(duration_s=steps["duration_ns"] / 1e9)
     model = fit_step_time(steps, admit_terms(steps)[0])
-    gaps = _level_gaps_ns(steps)
-    gaps = gaps[gaps >= 0]
-    return model, float(np.median(gaps)) / 1e9 if len(gaps) else 0.0
+    plain = steps["arm"] == "off"
+    pooled = _median_gap_s(steps)
+    speculating = _median_gap_s(steps[~plain]) if (~plain).any() else pooled
+    return model, speculating, _median_gap_s(steps[plain]) if plain.any() else pooled
 
 
 def level_compositions(run: Run) -> pd.DataFrame:

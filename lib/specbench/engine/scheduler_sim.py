@@ -22,9 +22,18 @@ with ``ignore_eos``).
 
 **What comes out.** Step compositions counted by the same function the step-record plugin uses
 (:func:`specbench.engine.step_records.count_step`), and each request's arrival, first-token and
-finish step. Times are not simulated here: in a closed loop the next request arrives when one
+finish step. Times are not simulated here: in a closed loop the next request is sent when one
 finishes, so the schedule does not depend on how long a step takes, and the caller charges each
 step its time afterwards (a step-time model, many draws of it, one schedule).
+
+**When a sent request reaches the scheduler.** The client, the API server's tokenizer and the
+hop to the engine core take milliseconds, while a busy engine starts its next step well under
+one (the servers' step records: a median gap of 0.2 ms between steps, decode steps of 20 ms and
+more). So a request sent when another finishes arrives while the next step runs and joins the
+one after; an idle engine wakes on the first arrival and runs its prefill alone, the requests
+sent with it joining the step after. (Sending every request before the next ``schedule()``
+instead put the prefills of requests sent together into one step and kept the decode of the
+others clear of them — a synchronised load no server ran.)
 
 vLLM internals are imported in this module only (the engine layer; import-linter's contract
 keeps them out of the layers below and of the report).
@@ -70,7 +79,8 @@ class SimulatedLoad:
     """The steps of one closed-loop level and its requests' step indices."""
     steps: pd.DataFrame          # count_step's columns (``rows``: the running batch), 'gamma'
     requests: pd.DataFrame       # request, prompt_tokens, arrival_step, first_step, finish_step,
-    #                              output_tokens (arrival_step: the step before which it came)
+    #                              output_tokens (arrival_step: the step during which it was
+    #                              sent; the scheduler sees it from the step after, module text)
 
 
 def _engine_args(model: str, dtype: str, gamma: int, schedule, settings: dict):
@@ -205,9 +215,20 @@ class _ClosedLoop:
         self.steps: list[dict] = []
 
     def send(self) -> None:
+        """The next request reaches the scheduler; it was sent as the step now to run began
+        (its time to first token counts from there)."""
         index = self.queue.pop(0)
         self.scheduler.add_request(_request(index, self.profiles[index], self.output_tokens))
-        self.timeline[f"r{index}"]["arrival_step"] = len(self.steps)
+        self.timeline[f"r{index}"].setdefault("arrival_step", len(self.steps))
+
+    def sent(self, count: int) -> None:
+        """The next ``count`` requests are sent now, while the step about to run runs: they
+        reach the scheduler after that step (:meth:`send`)."""
+        for index in self.queue[:count]:
+            self.timeline[f"r{index}"]["arrival_step"] = len(self.steps)
+
+    def idle(self) -> bool:
+        return not self.scheduler.get_num_unfinished_requests()
 
     def sampled(self, output, rid: str, first_tokens: set) -> list[int]:
         """What the model would sample for one scheduled row (module text)."""
@@ -278,12 +299,16 @@ def simulate_closed_loop(config, num_blocks: int, profiles: list[DraftProfile],
     check_held(config, num_blocks, concurrency, max(p.prompt_tokens for p in profiles),
                output_tokens)
     loop = _ClosedLoop(config, num_blocks, profiles, output_tokens, seed)
-    for _ in range(min(concurrency, len(profiles))):
-        loop.send()
-    while loop.scheduler.has_requests():
+    in_flight = min(concurrency, len(profiles))    # sent, not yet seen by the scheduler
+    while loop.scheduler.has_requests() or in_flight:
         if len(loop.steps) >= max_steps:
             raise RuntimeError(f"the simulated load did not finish in {max_steps} steps")
-        for _ in range(loop.step()):
-            if loop.queue:
-                loop.send()
+        if in_flight and loop.idle():
+            loop.send()                            # an idle engine wakes on the first arrival
+            in_flight -= 1
+        loop.sent(in_flight)                       # the rest arrive while this step runs
+        finished = loop.step()
+        for _ in range(in_flight):
+            loop.send()
+        in_flight = min(finished, len(loop.queue))
     return SimulatedLoad(pd.DataFrame(loop.steps), pd.DataFrame(list(loop.timeline.values())))

@@ -7,7 +7,8 @@ the serving run's engine arguments and the operator's requests: their prompt len
 acceptance the plan's untimed pass read from the counters on those prompts (request i lends the
 pass's prompt i, cycling where the load sends more prompts than the pass decoded). Every step is
 then charged the step-time model's time (:mod:`specbench.theory.step_time`) plus the median
-gap between two steps (the engine loop's own work), both from one of two sources on this host:
+gap between two steps (the engine loop's own work; a probe's servers give one for servers that
+speculate and one for those that do not), both from one of two sources on this host:
 a short **serving probe** — a serving run on other prompts whose servers recorded their steps
 (:func:`specbench.derive.serving_steps.fit_server`), what `make plan-under-load` uses — or,
 without one, the `make book` **sweep**'s offline steps
@@ -66,15 +67,22 @@ INTERVAL = 0.90
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds per step: the step-time model plus the engine loop's gap between steps."""
+    """Seconds per step: the step-time model plus the engine loop's gap between steps
+    (``gap_s`` on a server that speculates, ``gap_off_s`` on one that does not: they differ,
+    :func:`specbench.derive.serving_steps.fit_server`; None: the same)."""
     model: StepTimeModel
     gap_s: float
     calibration: str
     source: str = "sweep"          # "sweep" (offline steps) or "server" (a serving probe)
+    gap_off_s: float | None = None
 
-    def seconds(self, steps: pd.DataFrame, coef: np.ndarray | None = None) -> np.ndarray:
+    def seconds(self, steps: pd.DataFrame, coef: np.ndarray | None = None,
+                speculative: bool = True) -> np.ndarray:
+        """Each step's seconds on a server with (``speculative``) or without a speculative
+        config."""
         vector = self.vector() if coef is None else coef
-        return design(steps, self.model.terms) @ vector + self.gap_s
+        gap = self.gap_s if speculative or self.gap_off_s is None else self.gap_off_s
+        return design(steps, self.model.terms) @ vector + gap
 
     def vector(self) -> np.ndarray:
         return np.array([self.model.coef["s0"]] + [self.model.coef[t] for t in self.model.terms])
@@ -88,7 +96,8 @@ class StepCost:
     def record(self) -> dict:
         return {"calibration": self.calibration, "source": self.source,
                 "terms": list(self.model.terms), "coef": dict(self.model.coef),
-                "gap_s": self.gap_s}
+                "gap_s": self.gap_s,
+                "gap_off_s": self.gap_s if self.gap_off_s is None else self.gap_off_s}
 
 
 def server_step_cost(probe: Run) -> StepCost:
@@ -102,8 +111,8 @@ def server_step_cost(probe: Run) -> StepCost:
     if fitted is None:
         raise ValueError(f"{probe.path / 'step_records'}: the serving run kept no step records "
                          "inside its levels, so its servers' steps price nothing; serve again")
-    model, gap_s = fitted
-    return StepCost(model, gap_s, probe.run_id, source="server")
+    model, gap_s, gap_off_s = fitted
+    return StepCost(model, gap_s, probe.run_id, source="server", gap_off_s=gap_off_s)
 
 
 def step_cost(calibration: Run) -> StepCost:
@@ -190,17 +199,18 @@ def _predict_arm(arm: _Arm, rows: pd.DataFrame, prompt_tokens: list[int], level:
     except scheduler_sim.LoadNotHeld as exc:
         return record | {"held": False, "why": str(exc)}
     rng = np.random.default_rng(seed)
+    speculative = arm.gamma > 0 or bool(arm.schedule)
     drawn = []
     for k in range(draws):
         pick = rng.integers(0, len(rows), len(prompt_tokens))
         sim = scheduler_sim.simulate_closed_loop(
             arm.config, arm.blocks, draft_profiles(rows, prompt_tokens, pick), level,
             output_len, seed=seed + 1 + k)
-        drawn.append(level_times(sim, cost.seconds(sim.steps, cost.draw(rng))))
+        drawn.append(level_times(sim, cost.seconds(sim.steps, cost.draw(rng), speculative)))
     tail = (1 - INTERVAL) / 2
     tpots = np.array([d["tpot_ms"] for d in drawn])
     return record | {"held": True, "why": None,
-                     **level_times(point, cost.seconds(point.steps)),
+                     **level_times(point, cost.seconds(point.steps, speculative=speculative)),
                      "tpot_lo": float(np.quantile(tpots, tail)),
                      "tpot_hi": float(np.quantile(tpots, 1 - tail)),
                      "_draws": tpots}
