@@ -89,9 +89,10 @@ def fit_server(run: Run) -> tuple[StepTimeModel, float, float] | None:
     steps = steps.assign(duration_s=steps["duration_ns"] / 1e9)
     model = fit_step_time(steps, admit_terms(steps)[0])
     plain = steps["arm"] == "off"
-    pooled = _median_gap_s(steps)
-    speculating = _median_gap_s(steps[~plain]) if (~plain).any() else pooled
-    return model, speculating, _median_gap_s(steps[plain]) if plain.any() else pooled
+
+    def gap(kind: pd.Series) -> float:
+        return _median_gap_s(steps[kind] if kind.any() else steps)
+    return model, gap(~plain), gap(plain)
 
 
 def level_compositions(run: Run) -> pd.DataFrame:

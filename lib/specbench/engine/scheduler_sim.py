@@ -27,11 +27,11 @@ finishes, so the schedule does not depend on how long a step takes, and the call
 step its time afterwards (a step-time model, many draws of it, one schedule).
 
 **When a sent request reaches the scheduler.** The client, the API server's tokenizer and the
-hop to the engine core take milliseconds, while a busy engine starts its next step well under
-one (the servers' step records: a median gap of 0.2 ms between steps, decode steps of 20 ms and
-more). So a request sent when another finishes arrives while the next step runs and joins the
-one after; an idle engine wakes on the first arrival and runs its prefill alone, the requests
-sent with it joining the step after. (Sending every request before the next ``schedule()``
+hop to the engine core take milliseconds, while a busy engine starts its next step within
+0.1–2 ms (the servers' step records; decode steps take 20 ms and more). So a request sent
+when another finishes arrives while the next step runs and joins the one after; an idle
+engine wakes on the first arrival and runs its prefill alone, the requests sent with it
+joining the step after. (Sending every request before the next ``schedule()``
 instead put the prefills of requests sent together into one step and kept the decode of the
 others clear of them — a synchronised load no server ran.)
 

@@ -81,8 +81,11 @@ class StepCost:
         """Each step's seconds on a server with (``speculative``) or without a speculative
         config."""
         vector = self.vector() if coef is None else coef
-        gap = self.gap_s if speculative or self.gap_off_s is None else self.gap_off_s
-        return design(steps, self.model.terms) @ vector + gap
+        return design(steps, self.model.terms) @ vector + self.gap(speculative)
+
+    def gap(self, speculative: bool = True) -> float:
+        """The gap between two steps on a server with or without a speculative config."""
+        return self.gap_s if speculative or self.gap_off_s is None else self.gap_off_s
 
     def vector(self) -> np.ndarray:
         return np.array([self.model.coef["s0"]] + [self.model.coef[t] for t in self.model.terms])
@@ -96,8 +99,7 @@ class StepCost:
     def record(self) -> dict:
         return {"calibration": self.calibration, "source": self.source,
                 "terms": list(self.model.terms), "coef": dict(self.model.coef),
-                "gap_s": self.gap_s,
-                "gap_off_s": self.gap_s if self.gap_off_s is None else self.gap_off_s}
+                "gap_s": self.gap_s, "gap_off_s": self.gap(speculative=False)}
 
 
 def server_step_cost(probe: Run) -> StepCost:
@@ -199,7 +201,7 @@ def _predict_arm(arm: _Arm, rows: pd.DataFrame, prompt_tokens: list[int], level:
     except scheduler_sim.LoadNotHeld as exc:
         return record | {"held": False, "why": str(exc)}
     rng = np.random.default_rng(seed)
-    speculative = arm.gamma > 0 or bool(arm.schedule)
+    speculative = arm.gamma > 0          # the plan's arm too: its γ is its schedule's largest
     drawn = []
     for k in range(draws):
         pick = rng.integers(0, len(rows), len(prompt_tokens))
